@@ -1,0 +1,114 @@
+"""The `gpufleet` command: parse arguments, call the library, map errors to exit codes.
+
+Exit codes (DESIGN.md section 8): 0 ok, 1 error, 2 usage or configuration, 3 a gate said
+no, 4 drift or audit difference. Only this module catches `GpufleetError`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from infra.errors import ConfigError, GpufleetError
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_GATE, EXIT_DRIFT = 0, 1, 2, 3, 4
+
+
+class _Group(click.Group):
+    """Maps library errors to exit codes; click's own usage errors already exit 2."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except GpufleetError as exc:
+            click.echo(f"gpufleet: {exc}" if not isinstance(exc, ConfigError) else _config_error_text(exc), err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("gpufleet: interrupted", err=True)
+            ctx.exit(EXIT_ERROR)
+        except Exception:  # an unexpected bug: say so, with the traceback, and exit 1
+            click.echo("gpufleet: unexpected error\n" + traceback.format_exc(), err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+def _config_error_text(exc: ConfigError) -> str:
+    return "gpufleet: invalid configuration\n" + "\n".join(f"  {line}" for line in exc.render().splitlines())
+
+
+stack_option = click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
+stacks_dir_option = click.option("--stacks-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                 help="Folder of stack files (default: the project's stacks/)")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpufleet")
+def main() -> None:
+    """gpufleet: a GPU cluster from a stack file to a verified scheduling pool."""
+
+
+def _load(stack: str, stacks_dir: Path | None):
+    from infra import spec
+
+    return spec.load_stack(stack, stacks_dir or spec.STACKS_DIR)
+
+
+@main.command()
+@stack_option
+@stacks_dir_option
+@click.option("--cloud", is_flag=True, help="Add live AWS checks (quotas, capacity, offerings) with boto3.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) -> None:
+    """Check a stack: schema, then semantic findings. Exit 2 on any ERROR."""
+    from infra.findings import has_errors, sort_findings
+    from infra.plan import build_plan
+
+    spec = _load(stack, stacks_dir)
+    plan = build_plan(spec)
+    findings = list(plan.findings)
+    if cloud:
+        from infra.validate_cloud import cloud_findings
+
+        findings.extend(cloud_findings(spec, plan))
+    findings = sort_findings(findings)
+    if as_json:
+        click.echo(json.dumps([f.model_dump(mode="json") for f in findings], indent=2))
+    else:
+        for f in findings:
+            click.echo(f.render())
+        errors = sum(1 for f in findings if f.level.value == "ERROR")
+        click.echo(f"{stack}: {errors} error(s), {len(findings) - errors} other finding(s)")
+    if has_errors(findings):
+        sys.exit(EXIT_CONFIG)
+
+
+@main.command()
+@stack_option
+@stacks_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON (with schema_version).")
+def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
+    """Plan a stack: nodes, blocks, units, partitions, batches, IPs, storage, memory fit."""
+    from infra.findings import has_errors
+    from infra.plan import build_plan
+    from infra.plan.render import render_summary
+
+    spec = _load(stack, stacks_dir)
+    the_plan = build_plan(spec)
+    if as_json:
+        click.echo(the_plan.model_dump_json(indent=2))
+    else:
+        click.echo(render_summary(the_plan))
+    if has_errors(the_plan.findings):
+        sys.exit(EXIT_CONFIG)
+
+
+# --- commands from other packages (one import and one add_command each) --------------------
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

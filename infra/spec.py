@@ -1,0 +1,394 @@
+"""The typed stack config: one pydantic model, two loaders.
+
+A stack file `stacks/Pulumi.<stack>.yaml` holds one structured key per concern under the
+`gpufleet:` namespace (`gpufleet:cluster`, `gpufleet:network`, ...). The CLI reads that
+YAML itself (the Automation API ignores stackConfigDir); the Pulumi program reads the same
+keys through `pulumi.Config`. Both end in `ClusterSpec.from_raw`, so they cannot disagree.
+
+Schema errors name the file, the dotted field path as written in the stack file
+(`gpufleet:cluster.targetGpus`) and what was expected; they raise `ConfigErrors` (exit 2).
+Cross-field meaning (does the unit fit, is the subnet big enough) is not checked here but
+by the plan's validators, which return findings.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from infra import catalog
+from infra.errors import ConfigError, ConfigErrors
+
+NAMESPACE = "gpufleet"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STACKS_DIR = PROJECT_ROOT / "stacks"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
+                              populate_by_name=True, use_enum_values=False)
+
+
+# --- cluster -------------------------------------------------------------------------------
+
+class CapacityType(str, Enum):
+    ON_DEMAND = "on-demand"
+    CAPACITY_RESERVATION = "capacity-reservation"
+    CAPACITY_BLOCK = "capacity-block"
+
+
+class Capacity(_Model):
+    """Where the instances come from. gpufleet targets capacity; it never purchases it."""
+
+    type: CapacityType = CapacityType.ON_DEMAND
+    reservation_ids: tuple[str, ...] = ()
+    capacity_block_ids: tuple[str, ...] = ()
+
+    @field_validator("reservation_ids", "capacity_block_ids")
+    @classmethod
+    def _ids(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        for i in ids:
+            if not re.fullmatch(r"cr-[0-9a-f]{8,17}", i):
+                raise ValueError(f"{i!r} is not a capacity reservation id (cr- followed by 8-17 hex digits)")
+        return ids
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Capacity":
+        if self.type is CapacityType.CAPACITY_RESERVATION and not self.reservation_ids:
+            raise ValueError("type capacity-reservation needs at least one id in reservationIds")
+        if self.type is CapacityType.CAPACITY_BLOCK and not self.capacity_block_ids:
+            raise ValueError("type capacity-block needs at least one id in capacityBlockIds")
+        if self.type is CapacityType.ON_DEMAND and (self.reservation_ids or self.capacity_block_ids):
+            raise ValueError("type on-demand takes no reservationIds or capacityBlockIds")
+        return self
+
+
+class ClusterConfig(_Model):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{1,38}[a-z0-9]$")
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    availability_zone: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
+    instance_type: str
+    target_gpus: int = Field(gt=0, le=100_000)
+    spare_fraction: float = Field(default=0.05, ge=0, le=0.5)
+    unit_gpus: int = Field(default=8, gt=0, le=1024)
+    capacity: Capacity = Capacity()
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in catalog.CATALOG:
+            raise ValueError(f"unknown instance type {v!r}; expected one of {', '.join(sorted(catalog.CATALOG))}")
+        return v
+
+    @model_validator(mode="after")
+    def _az_in_region(self) -> "ClusterConfig":
+        if not self.availability_zone.startswith(self.region):
+            raise ValueError(f"availabilityZone {self.availability_zone!r} is not in region {self.region!r}")
+        return self
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.CATALOG[self.instance_type]
+
+
+# --- partitions ----------------------------------------------------------------------------
+
+class PartitionMode(str, Enum):
+    DATA_PARALLEL = "data-parallel"
+    INDEPENDENT = "independent"
+    INFERENCE_PREFILL = "inference-prefill"
+    INFERENCE_DECODE = "inference-decode"
+    INTERACTIVE = "interactive"
+
+
+class Partition(_Model):
+    """A share of the cluster with its scheduling mode; give `units` or `gpus`, not both."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    mode: PartitionMode
+    units: int | None = Field(default=None, gt=0)
+    gpus: int | None = Field(default=None, gt=0)
+    priority: int = Field(default=0, ge=0, le=1_000_000)
+    quota_units: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_share(self) -> "Partition":
+        if (self.units is None) == (self.gpus is None):
+            raise ValueError("give exactly one of units or gpus")
+        return self
+
+
+# --- network -------------------------------------------------------------------------------
+
+class PodNetworking(_Model):
+    """How an EKS pool's pods get IPs. `vpc-cni` takes pod IPs from the compute subnet."""
+
+    mode: Literal["vpc-cni", "vpc-cni-custom-networking", "none"] = "none"
+    max_pods: int = Field(default=110, gt=0, le=737)
+    warm_ip_target: int | None = Field(default=None, ge=0)
+    minimum_ip_target: int | None = Field(default=None, ge=0)
+    warm_eni_target: int = Field(default=1, ge=0)
+
+
+class NetworkConfig(_Model):
+    vpc_cidr: str = "10.0.0.0/16"
+    compute_subnet_cidr: str = "10.0.0.0/20"
+    management_subnet_cidr: str = "10.0.16.0/24"
+    ip_headroom_fraction: float = Field(default=0.2, ge=0, le=2)
+    pod_networking: PodNetworking = PodNetworking()
+
+    @field_validator("vpc_cidr", "compute_subnet_cidr", "management_subnet_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{v!r} is not an IPv4 network in CIDR form like 10.0.0.0/20 ({exc})") from None
+        if not 16 <= net.prefixlen <= 28:
+            raise ValueError(f"{v!r}: AWS VPCs and subnets take prefixes /16 to /28")
+        return v
+
+
+# --- storage -------------------------------------------------------------------------------
+
+class StorageConfig(_Model):
+    dataset_tib: float = Field(default=10, ge=0)
+    checkpoint_tib: float = Field(default=1, ge=0)
+    checkpoints_retained: int = Field(default=3, ge=0)
+    target_checkpoint_write_seconds: float = Field(default=600, gt=0)
+    deployment_type: Literal["PERSISTENT_2"] = "PERSISTENT_2"
+    storage_class: Literal["SSD", "INTELLIGENT_TIERING"] = "SSD"
+    efa_enabled: bool = False
+    throughput_per_tib: int = 250
+    import_path: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    export_path: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    mount_path: str = Field(default="/fsx", pattern=r"^/[A-Za-z0-9._/-]*$")
+
+    @field_validator("throughput_per_tib")
+    @classmethod
+    def _tier(cls, v: int) -> int:
+        if v not in (125, 250, 500, 1000):
+            raise ValueError(f"{v} is not a PERSISTENT_2 throughput tier; expected one of 125, 250, 500, 1000 MB/s/TiB")
+        return v
+
+
+# --- model (memory fit) --------------------------------------------------------------------
+
+class ModelConfig(_Model):
+    parameters_billions: float = Field(gt=0, le=100_000)
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = "bf16"
+    optimizer: Literal["adam", "adamw", "sgd", "adafactor"] = "adamw"
+    activation_gib_per_gpu: float = Field(default=8.0, ge=0)
+
+
+# --- rollout -------------------------------------------------------------------------------
+
+class LocalBackend(_Model):
+    type: Literal["local"] = "local"
+
+
+class S3Backend(_Model):
+    """Journal and bundles in S3; the lock a DynamoDB conditional write (as Terraform's backend)."""
+
+    type: Literal["s3"]
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = "gpufleet"
+    lock_table: str = Field(pattern=r"^[A-Za-z0-9_.-]{3,255}$")
+    region: str | None = None
+
+
+class RolloutConfig(_Model):
+    canary_fraction: float = Field(default=0.1, gt=0, le=1)
+    batch_size: int = Field(default=25, gt=0)
+    max_failure_rate: float = Field(default=0.1, ge=0, le=1)
+    failures_before_blacklist: int = Field(default=2, ge=1)
+    pipelining: bool = True
+    target_batch: int | None = Field(default=None, ge=0)
+    allow_shrink: bool = False
+    replace_action: Literal["stop-and-report", "terminate"] = "stop-and-report"
+    state_backend: LocalBackend | S3Backend = Field(default=LocalBackend(), discriminator="type")
+
+
+# --- gates, pool, image --------------------------------------------------------------------
+
+class GatesConfig(_Model):
+    dcgm_level: int = Field(default=2, ge=1, le=4)
+    intra_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
+    multi_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
+    cohort_outlier_fraction: float = Field(default=0.1, gt=0, lt=1)
+    baseline_message_bytes: int = Field(default=16 * 2**30, ge=2**20)
+
+
+class PoolConfig(_Model):
+    type: Literal["kubernetes", "slurm", "sim"]
+    kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+
+
+class ImageConfig(_Model):
+    os: Literal["al2023", "ubuntu-22.04", "ubuntu-24.04"] = "al2023"
+    ami_id: str | None = Field(default=None, pattern=r"^ami-[0-9a-f]{8,17}$")
+    ami_ssm_parameter: str | None = Field(default=None, pattern=r"^/.+")
+    bom: str = "images/bom.yaml"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ImageConfig":
+        if self.ami_id and self.ami_ssm_parameter:
+            raise ValueError("give amiId or amiSsmParameter, not both")
+        return self
+
+
+# --- the whole spec ------------------------------------------------------------------------
+
+class ClusterSpec(_Model):
+    """Everything one stack declares. Field names are the `gpufleet:<key>` keys."""
+
+    cluster: ClusterConfig
+    partitions: tuple[Partition, ...] = ()
+    network: NetworkConfig = NetworkConfig()
+    storage: StorageConfig = StorageConfig()
+    model: ModelConfig | None = None
+    rollout: RolloutConfig = RolloutConfig()
+    gates: GatesConfig = GatesConfig()
+    pool: PoolConfig
+    image: ImageConfig = ImageConfig()
+
+    @field_validator("partitions")
+    @classmethod
+    def _unique_names(cls, parts: tuple[Partition, ...]) -> tuple[Partition, ...]:
+        seen: set[str] = set()
+        for p in parts:
+            if p.name in seen:
+                raise ValueError(f"partition name {p.name!r} appears twice")
+            seen.add(p.name)
+        return parts
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any], *, source: str) -> "ClusterSpec":
+        """Validate the `gpufleet:` keys of one stack (already stripped of the namespace)."""
+        try:
+            return cls.model_validate(dict(raw))
+        except ValidationError as exc:
+            raise ConfigErrors([_to_config_error(e, source) for e in exc.errors()]) from None
+
+
+def _to_config_error(err: Mapping[str, Any], source: str) -> ConfigError:
+    loc = [str(p) for p in err["loc"]]
+    # Pydantic appends the union member tag ('s3', 'local') to discriminated-union paths.
+    field = f"{NAMESPACE}:{loc[0]}" if loc else f"{NAMESPACE}:"
+    previous = loc[0] if loc else ""
+    for part in loc[1:]:
+        if previous in _TAGGED_UNIONS:  # pydantic inserts the union member's tag: not a key
+            previous = ""
+            continue
+        field += f"[{part}]" if part.isdigit() else f".{part}"
+        previous = part
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch":
+        msg = "String does not have the expected form"
+    expected = _expected(err)
+    if "input" in err and err["type"] not in ("missing", "extra_forbidden") and not isinstance(err["input"], (dict, list)):
+        msg += f" (got {err['input']!r})"
+    return ConfigError(msg, path=source, field=field, expected=expected)
+
+
+def _expected(err: Mapping[str, Any]) -> str | None:
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "missing":
+        return "this required field"
+    if kind == "extra_forbidden":
+        return "no such key here; check the spelling against the documented keys"
+    if kind == "string_pattern_mismatch":
+        return f"a string matching {ctx.get('pattern')}"
+    return None
+
+
+_TAGGED_UNIONS = {"stateBackend"}
+
+
+# --- loaders -------------------------------------------------------------------------------
+
+def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
+    return stacks_dir / f"Pulumi.{stack}.yaml"
+
+
+def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
+    """The `gpufleet:` keys of a Pulumi stack file, namespace stripped."""
+    source = str(path)
+    if not path.is_file():
+        raise ConfigError("stack file not found", path=source,
+                          expected=f"a file; stacks here: {', '.join(available_stacks(path.parent)) or 'none'}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", path=source) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise ConfigError("no `config:` mapping", path=source, field="config",
+                          expected="a Pulumi stack file with a top-level `config:` mapping")
+    raw: dict[str, Any] = {}
+    for key, value in doc["config"].items():
+        if not isinstance(key, str) or not key.startswith(f"{NAMESPACE}:"):
+            continue  # other providers' keys (aws:region ...) are Pulumi's business
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            raise ConfigError("a Pulumi secret cannot carry gpufleet's structured config",
+                              path=source, field=key, expected="a plain value; keep secrets in their own keys")
+        raw[key.split(":", 1)[1]] = value
+    return raw
+
+
+def load_stack(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
+    path = stack_file(stack, stacks_dir)
+    return load_stack_path(path)
+
+
+def load_stack_path(path: Path) -> ClusterSpec:
+    return ClusterSpec.from_raw(raw_from_stack_yaml(path), source=_display(path))
+
+
+def load_from_pulumi_config(source: str = "pulumi config") -> ClusterSpec:
+    """The Pulumi program's loader: the same keys, read through the engine's config."""
+    import pulumi.runtime.config as runtime_config
+
+    raw: dict[str, Any] = {}
+    for key, value in runtime_config.get_config_env().items():
+        if not key.startswith(f"{NAMESPACE}:"):
+            continue
+        name = key.split(":", 1)[1]
+        if name.startswith("config:"):  # the engine's long form "gpufleet:config:cluster"
+            name = name.split(":", 1)[1]
+        raw[name] = _decode_config_value(value)
+    return ClusterSpec.from_raw(raw, source=source)
+
+
+def _decode_config_value(value: Any) -> Any:
+    # The engine passes structured values as JSON strings, scalars as plain strings.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def pulumi_config_from_raw(raw: Mapping[str, Any]) -> dict[str, str]:
+    """The engine's view of a stack file's gpufleet keys (used by tests and the offline preview)."""
+    return {f"{NAMESPACE}:{k}": json.dumps(v) for k, v in raw.items()}
+
+
+def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
