@@ -1,0 +1,57 @@
+"""Pure capacity planning: a ClusterSpec in, a ClusterPlan with findings out. No I/O."""
+
+from __future__ import annotations
+
+from infra.findings import Finding, sort_findings
+from infra.plan.batches import batch_of_block, plan_batches
+from infra.plan.memory import memory_fit
+from infra.plan.model import ClusterPlan
+from infra.plan.network import plan_network
+from infra.plan.partitions import allocate
+from infra.plan.storage import plan_storage
+from infra.plan.topology import build_topology
+from infra.spec import ClusterSpec
+
+__all__ = ["build_plan", "ClusterPlan"]
+
+
+def build_plan(spec: ClusterSpec) -> ClusterPlan:
+    c = spec.cluster
+    instance = c.instance
+    findings: list[Finding] = []
+    topo, slots, units, blocks, f = build_topology(c.name, c.target_gpus, c.unit_gpus, instance.gpus, c.spare_fraction)
+    findings += f
+    allocations, f = allocate(spec.partitions, topo.units, topo.blocks, topo.units_per_block, c.unit_gpus)
+    findings += f
+    block_partition = {b: a.name for a in allocations for b in a.blocks}
+    batches, f = plan_batches(topo.nodes, topo.nodes_per_block, spec.rollout.canary_fraction, spec.rollout.batch_size)
+    findings += f
+    block_batch = batch_of_block(batches)
+    slots = [s.model_copy(update={"batch": block_batch[s.block]}) for s in slots]
+    units = [u.model_copy(update={"partition": block_partition.get(u.block)}) for u in units]
+    blocks = [b.model_copy(update={"partition": block_partition.get(b.id)}) for b in blocks]
+    network, f = plan_network(spec.network, instance, topo.nodes, topo.spare_nodes, spec.pool.type,
+                              c.availability_zone)
+    findings += f
+    storage, f = plan_storage(spec.storage, instance, topo.nodes)
+    findings += f
+    memory = None
+    if spec.model is not None:
+        memory, f = memory_fit(spec.model, instance, c.unit_gpus)
+        findings += f
+    findings += _rollout_findings(spec, len(batches))
+    return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
+                       instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),
+                       units=tuple(units), blocks=tuple(blocks), partitions=tuple(allocations),
+                       batches=tuple(batches), network=network, storage=storage, memory=memory,
+                       findings=tuple(sort_findings(findings)))
+
+
+def _rollout_findings(spec: ClusterSpec, batches: int) -> list[Finding]:
+    from infra.findings import info
+
+    target = spec.rollout.target_batch
+    if target is not None and target > batches:
+        return [info("TARGET_PAST_LAST_BATCH", "gpufleet:rollout.targetBatch",
+                     f"targetBatch {target} is past the last batch ({batches}): all batches")]
+    return []
