@@ -1,0 +1,66 @@
+"""Ansible collections taken out of the PyPI `ansible` wheel, because Galaxy is unreachable.
+
+The `ansible` community package bundles every collection (550 MB installed); we need two:
+community.general (the chroot connection, used by tests and image builds) and amazon.aws
+(the aws_ssm connection). `pip download` fetches the pinned wheel once; only the needed
+collections are unzipped into a versioned folder, which is reused while it exists.
+`playbooks/requirements.yml` names the same collections for machines that can reach Galaxy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from infra.errors import ExternalCommandFailed
+
+ANSIBLE_PACKAGE_VERSION = "12.3.0"  # ships community.general 11.x and amazon.aws 10.x
+COLLECTIONS = ("community.general", "amazon.aws")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CACHE = PROJECT_ROOT / ".ci" / ".cache" / "collections"
+
+
+def collections_path(cache_dir: Path = DEFAULT_CACHE, version: str = ANSIBLE_PACKAGE_VERSION) -> Path:
+    """The folder to put on ANSIBLE_COLLECTIONS_PATH (it holds `ansible_collections/`)."""
+    return cache_dir / f"ansible-{version}"
+
+
+def ensure_collections(cache_dir: Path = DEFAULT_CACHE, version: str = ANSIBLE_PACKAGE_VERSION,
+                       names: tuple[str, ...] = COLLECTIONS) -> Path:
+    """Return a collections path holding `names`, downloading and extracting only when missing."""
+    dest = collections_path(cache_dir, version)
+    missing = [n for n in names if not (dest / "ansible_collections" / Path(*n.split("."))).is_dir()]
+    if not missing:
+        return dest
+    wheel = _download_wheel(cache_dir / "wheels", version)
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    prefixes = tuple("ansible_collections/" + n.replace(".", "/") + "/" for n in missing)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(staging, [m for m in zf.namelist() if m.startswith(prefixes)])
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in missing:
+        rel = Path("ansible_collections", *name.split("."))
+        target = dest / rel
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (staging / rel).rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _download_wheel(wheel_dir: Path, version: str) -> Path:
+    found = sorted(wheel_dir.glob(f"ansible-{version}-py3-none-any.whl"))
+    if found:
+        return found[0]
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "-q", "-d", str(wheel_dir), f"ansible=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(wheel_dir.glob(f"ansible-{version}-py3-none-any.whl"))
+    if proc.returncode != 0 or not found:
+        raise ExternalCommandFailed("pip download ansible", proc.stderr.strip()[-2000:] or "no wheel")
+    return found[0]
