@@ -58,6 +58,12 @@ def _load(stack: str, stacks_dir: Path | None):
     return spec.load_stack(stack, stacks_dir or spec.STACKS_DIR)
 
 
+def _source(stack: str, stacks_dir: Path | None) -> str:
+    from infra import spec
+
+    return spec.display_path(spec.stack_file(stack, stacks_dir or spec.STACKS_DIR))
+
+
 @main.command()
 @stack_option
 @stacks_dir_option
@@ -79,10 +85,11 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
     if as_json:
         click.echo(json.dumps([f.model_dump(mode="json") for f in findings], indent=2))
     else:
+        source = _source(stack, stacks_dir)
         for f in findings:
-            click.echo(f.render())
+            click.echo(f"{source}: {f.render()}")
         errors = sum(1 for f in findings if f.level.value == "ERROR")
-        click.echo(f"{stack}: {errors} error(s), {len(findings) - errors} other finding(s)")
+        click.echo(f"{source}: {errors} error(s), {len(findings) - errors} other finding(s)")
     if has_errors(findings):
         sys.exit(EXIT_CONFIG)
 

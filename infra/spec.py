@@ -322,7 +322,7 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
 
 def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
     """The `gpufleet:` keys of a Pulumi stack file, namespace stripped."""
-    source = str(path)
+    source = display_path(path)
     if not path.is_file():
         raise ConfigError("stack file not found", path=source,
                           expected=f"a file; stacks here: {', '.join(available_stacks(path.parent)) or 'none'}")
@@ -350,7 +350,7 @@ def load_stack(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
 
 
 def load_stack_path(path: Path) -> ClusterSpec:
-    return ClusterSpec.from_raw(raw_from_stack_yaml(path), source=_display(path))
+    return ClusterSpec.from_raw(raw_from_stack_yaml(path), source=display_path(path))
 
 
 def load_from_pulumi_config(source: str = "pulumi config") -> ClusterSpec:
@@ -387,7 +387,7 @@ def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
