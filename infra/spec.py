@@ -357,8 +357,10 @@ def load_from_pulumi_config(source: str = "pulumi config") -> ClusterSpec:
     """The Pulumi program's loader: the same keys, read through the engine's config."""
     import pulumi.runtime.config as runtime_config
 
+    # The language host hands config over with set_all_config; older hosts use PULUMI_CONFIG.
+    engine_config = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     raw: dict[str, Any] = {}
-    for key, value in runtime_config.get_config_env().items():
+    for key, value in engine_config.items():
         if not key.startswith(f"{NAMESPACE}:"):
             continue
         name = key.split(":", 1)[1]

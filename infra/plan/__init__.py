@@ -9,7 +9,7 @@ from infra.plan.model import ClusterPlan
 from infra.plan.network import plan_network
 from infra.plan.partitions import allocate
 from infra.plan.storage import plan_storage
-from infra.plan.topology import build_topology
+from infra.plan.topology import build_topology, layout
 from infra.spec import ClusterSpec
 
 __all__ = ["build_plan", "ClusterPlan"]
@@ -19,17 +19,14 @@ def build_plan(spec: ClusterSpec) -> ClusterPlan:
     c = spec.cluster
     instance = c.instance
     findings: list[Finding] = []
-    topo, slots, units, blocks, f = build_topology(c.name, c.target_gpus, c.unit_gpus, instance.gpus, c.spare_fraction)
+    topo, f = build_topology(c.name, c.target_gpus, c.unit_gpus, instance.gpus, c.spare_fraction)
     findings += f
     allocations, f = allocate(spec.partitions, topo.units, topo.blocks, topo.units_per_block, c.unit_gpus)
     findings += f
     block_partition = {b: a.name for a in allocations for b in a.blocks}
     batches, f = plan_batches(topo.nodes, topo.nodes_per_block, spec.rollout.canary_fraction, spec.rollout.batch_size)
     findings += f
-    block_batch = batch_of_block(batches)
-    slots = [s.model_copy(update={"batch": block_batch[s.block]}) for s in slots]
-    units = [u.model_copy(update={"partition": block_partition.get(u.block)}) for u in units]
-    blocks = [b.model_copy(update={"partition": block_partition.get(b.id)}) for b in blocks]
+    slots, units, blocks = layout(c.name, topo, batch_of_block(batches), block_partition)
     network, f = plan_network(spec.network, instance, topo.nodes, topo.spare_nodes, spec.pool.type,
                               c.availability_zone)
     findings += f

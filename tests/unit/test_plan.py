@@ -12,7 +12,7 @@ from infra.plan.memory import memory_fit
 from infra.plan.network import pod_ips_per_node, smallest_prefix, subnet_budget
 from infra.plan.partitions import allocate
 from infra.plan.storage import capacity_gib, plan_storage
-from infra.plan.topology import build_topology, max_blast_radius, slot_name
+from infra.plan.topology import build_topology, layout, max_blast_radius, slot_name
 from infra.spec import ClusterSpec, ModelConfig, Partition, PodNetworking, StorageConfig, load_stack
 
 
@@ -36,8 +36,14 @@ def codes(findings, level=None):
 
 # --- topology -------------------------------------------------------------------------------
 
+def shaped(cluster, gpus, unit, per_node, spares):
+    topo, findings = build_topology(cluster, gpus, unit, per_node, spares)
+    slots, units, blocks = layout(cluster, topo, {b: 1 for b in range(topo.blocks)}, {})
+    return topo, slots, units, blocks, findings
+
+
 def test_seed_1000_gpus_in_10_gpu_units():
-    topo, slots, units, blocks, findings = build_topology("c", 1000, 10, 8, 0.0)
+    topo, slots, units, blocks, findings = shaped("c", 1000, 10, 8, 0.0)
     assert (topo.nodes, topo.blocks, topo.units) == (125, 25, 100)
     assert (topo.nodes_per_block, topo.units_per_block, topo.block_gpus) == (5, 4, 40)
     assert topo.max_blast_radius == 2
@@ -52,26 +58,26 @@ def test_seed_1000_gpus_in_10_gpu_units():
 
 @pytest.mark.parametrize("unit,blast,warn", [(8, 1, False), (16, 1, False), (4, 2, True), (10, 2, True), (12, 2, True)])
 def test_blast_radius_and_sharing_warning(unit, blast, warn):
-    topo, *_, findings = build_topology("c", 960, unit, 8, 0.0)
+    topo, *_, findings = shaped("c", 960, unit, 8, 0.0)
     assert max_blast_radius(unit, 8) == blast == topo.max_blast_radius
     assert ("UNITS_SHARE_NODES" in codes(findings)) is warn
 
 
 def test_spares_and_slot_names_are_stable_as_the_cluster_grows():
-    small = build_topology("prod", 1000, 10, 8, 0.04)
-    big = build_topology("prod", 2000, 10, 8, 0.04)
+    small = shaped("prod", 1000, 10, 8, 0.04)
+    big = shaped("prod", 2000, 10, 8, 0.04)
     assert small[0].spare_nodes == 5
     assert [s.name for s in small[1]] == [s.name for s in big[1][:125]]
     assert slot_name("prod", 3, 17) == "prod-b0003-n00017"
 
 
 def test_unit_larger_than_cluster_is_an_error():
-    *_, findings = build_topology("c", 16, 64, 8, 0.0)
+    *_, findings = shaped("c", 16, 64, 8, 0.0)
     assert "UNIT_LARGER_THAN_CLUSTER" in codes(findings, Level.ERROR)
 
 
 def test_partial_last_block_and_idle_gpus():
-    topo, slots, units, blocks, findings = build_topology("c", 1004, 10, 8, 0.0)
+    topo, slots, units, blocks, findings = shaped("c", 1004, 10, 8, 0.0)
     assert topo.nodes == 126 and topo.units == 100 and topo.idle_gpus == 8
     assert blocks[-1].nodes == (125,) and blocks[-1].units == ()
     assert {"GPUS_ROUNDED_UP", "IDLE_GPUS"} <= codes(findings, Level.INFO)

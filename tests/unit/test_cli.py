@@ -1,0 +1,59 @@
+"""The CLI's contract: exit codes of DESIGN.md section 8 and machine-readable output."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from infra.cli import main
+from infra.errors import DriftDetected, ExternalCommandFailed, GateFailed
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_plan_json_has_schema_version_and_the_seed_numbers():
+    result = run("plan", "-s", "local", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["schema_version"] == "1"
+    assert (doc["topology"]["nodes"], doc["topology"]["blocks"], doc["topology"]["units"]) == (125, 25, 100)
+    assert len(doc["nodes"]) == 125 and doc["batches"][0]["canary"]
+
+
+def test_plan_summary_is_readable():
+    result = run("plan", "-s", "local")
+    assert result.exit_code == 0
+    for text in ("125 x 8 GPUs", "25 blocks", "100 units", "canary", "compute", "FSx for Lustre", "Memory fit"):
+        assert text in result.output
+
+
+def test_validate_clean_stack_exits_0_and_json_lists_findings():
+    result = run("validate", "-s", "dev", "--json")
+    assert result.exit_code == 0
+    assert all({"level", "code", "field", "message"} <= set(f) for f in json.loads(result.output))
+
+
+def test_usage_errors_exit_2():
+    assert run("plan").exit_code == 2
+    assert run("no-such-command").exit_code == 2
+
+
+def test_missing_stack_exits_2_and_names_the_file():
+    result = run("validate", "-s", "nope")
+    assert result.exit_code == 2 and "Pulumi.nope.yaml" in result.output
+
+
+def test_library_errors_map_to_their_exit_codes(monkeypatch):
+    import infra.plan as plan_module
+
+    for exc, code in ((GateFailed("2 nodes quarantined"), 3), (DriftDetected("1 resource differs"), 4),
+                      (ExternalCommandFailed("ec2:DescribeInstances", "Throttling"), 1), (RuntimeError("bug"), 1)):
+        def boom(spec, exc=exc):
+            raise exc
+        monkeypatch.setattr(plan_module, "build_plan", boom)
+        result = run("plan", "-s", "local")
+        assert result.exit_code == code, (exc, result.output)
+        assert "gpufleet:" in result.output
