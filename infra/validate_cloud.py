@@ -285,7 +285,11 @@ def check_catalog(ec2: Any, spec: ClusterSpec) -> list[Finding]:
 
 
 def make_clients(region: str, session: Any = None) -> dict[str, Any]:
-    """ec2 and service-quotas clients in the stack's region, 3 attempts with standard backoff."""
+    """ec2 and service-quotas clients in the stack's region.
+
+    botocore's `max_attempts` counts retries, so 3 means up to 4 calls, with backoff, before a
+    throttled or flaky call becomes ExternalCommandFailed.
+    """
     import boto3
     from botocore.config import Config
 

@@ -1,0 +1,352 @@
+"""`validate --cloud`: offerings and DescribeInstanceTypes from a real moto server; Service Quotas
+and DescribeCapacityReservations (not implemented in moto) through botocore's Stubber, with
+response shapes the Stubber validates against the real API model."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.stub import ANY, Stubber
+from click.testing import CliRunner
+from moto_server import moto_client, moto_endpoint  # noqa: F401  (fixtures)
+
+from infra import validate_cloud
+from infra.errors import ExternalCommandFailed
+from infra.findings import Level, error
+from infra.plan import build_plan
+from infra.spec import load_stack
+from infra.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, modelled_rollout
+
+NOW = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+ACCOUNT = "123456789012"
+CR_A, CR_B = "cr-0a1b2c3d4e5f60718", "cr-0f1e2d3c4b5a69788"  # the prod stack's reservations
+BLOCK = "cr-0123456789abcdef0"  # the inference stack's capacity block
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def stack(name: str, **cluster_changes: Any):
+    spec = load_stack(name)
+    if cluster_changes:
+        spec = spec.model_copy(update={"cluster": spec.cluster.model_copy(update=cluster_changes)})
+    return spec, build_plan(spec)
+
+
+def stubbed(service: str, region: str) -> tuple[Any, Stubber]:
+    client = boto3.client(service, region_name=region, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1}))
+    return client, Stubber(client)
+
+
+class Ec2Split:
+    """One ec2 client as cloud_findings sees it: capacity reservations from the Stubber,
+    everything else from moto."""
+
+    def __init__(self, moto_ec2: Any, stubbed_ec2: Any) -> None:
+        self._moto, self._stubbed = moto_ec2, stubbed_ec2
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stubbed if name == "describe_capacity_reservations" else self._moto, name)
+
+
+def quota_response(region: str, value: float) -> dict:
+    return {"Quota": {
+        "ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+        "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT}:ec2/{P_INSTANCE_VCPU_QUOTA_CODE}",
+        "QuotaCode": P_INSTANCE_VCPU_QUOTA_CODE, "QuotaName": "Running On-Demand P instances",
+        "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False,
+        "UsageMetric": {"MetricNamespace": "AWS/Usage", "MetricName": "ResourceCount",
+                        "MetricDimensions": {"Class": "P/OnDemand", "Resource": "vCPU", "Service": "EC2",
+                                             "Type": "Resource"},
+                        "MetricStatisticRecommendation": "Maximum"},
+    }}
+
+
+QUOTA_PARAMS = {"ServiceCode": "ec2", "QuotaCode": P_INSTANCE_VCPU_QUOTA_CODE}
+
+
+def reservation(rid: str, *, az: str, count: int, itype: str = "p5.48xlarge", state: str = "active",
+                block: bool = False, start: datetime | None = None, end: datetime | None = None) -> dict:
+    region = az[:-1]
+    item = {
+        "CapacityReservationId": rid, "OwnerId": ACCOUNT,
+        "CapacityReservationArn": f"arn:aws:ec2:{region}:{ACCOUNT}:capacity-reservation/{rid}",
+        "AvailabilityZoneId": "use2-az1", "InstanceType": itype, "InstancePlatform": "Linux/UNIX",
+        "AvailabilityZone": az, "Tenancy": "default", "TotalInstanceCount": count,
+        "AvailableInstanceCount": count, "EbsOptimized": True, "EphemeralStorage": False, "State": state,
+        "StartDate": start or NOW - timedelta(days=30), "InstanceMatchCriteria": "targeted",
+        "CreateDate": (start or NOW - timedelta(days=30)) - timedelta(days=1), "Tags": [],
+        "ReservationType": "capacity-block" if block else "default",
+    }
+    if end is None:
+        item["EndDateType"] = "unlimited"
+    else:
+        item.update(EndDate=end, EndDateType="limited")
+    return item
+
+
+class Cloud:
+    """Clients for one stack: moto for offerings/types, Stubbers for quotas and reservations."""
+
+    def __init__(self, moto_client, region: str) -> None:  # noqa: F811
+        self.sq, self.sq_stub = stubbed("service-quotas", region)
+        ec2_cr, self.cr_stub = stubbed("ec2", region)
+        self.ec2 = Ec2Split(moto_client("ec2", region), ec2_cr)
+        self.region = region
+
+    def quota(self, value: float) -> "Cloud":
+        self.sq_stub.add_response("get_service_quota", quota_response(self.region, value), QUOTA_PARAMS)
+        return self
+
+    def reservations(self, ids: list[str], items: list[dict]) -> "Cloud":
+        self.cr_stub.add_response("describe_capacity_reservations", {"CapacityReservations": items},
+                                  {"CapacityReservationIds": ids})
+        return self
+
+    def run(self, spec, plan, now: datetime = NOW):
+        with self.sq_stub, self.cr_stub:
+            findings = cloud_findings(spec, plan, clients={"ec2": self.ec2, "service-quotas": self.sq}, now=now)
+            self.sq_stub.assert_no_pending_responses()
+            self.cr_stub.assert_no_pending_responses()
+        return findings
+
+
+def codes(findings) -> list[tuple[str, str]]:
+    return sorted((f.level.value, f.code) for f in findings)
+
+
+@pytest.fixture()
+def cloud(moto_client):  # noqa: F811
+    return lambda region: Cloud(moto_client, region)
+
+
+# --- quota (the local stack: on-demand, 125 p5 nodes + 5 spares) ------------------------------
+
+def test_local_stack_needs_130_nodes_of_192_vcpus():
+    spec, plan = stack("local")
+    need = validate_cloud.need_of(spec, plan)
+    assert (plan.topology.nodes, plan.topology.spare_nodes) == (125, 5)
+    assert need.vcpus == 130 * 192 == 24_960
+
+
+def test_quota_enough_gives_no_findings_at_all(cloud):
+    spec, plan = stack("local")
+    assert cloud("us-east-1").quota(24_960.0).run(spec, plan) == []
+
+
+def test_quota_for_nodes_but_not_spares_is_an_error(cloud):
+    spec, plan = stack("local")
+    findings = cloud("us-east-1").quota(24_000.0).run(spec, plan)
+    assert codes(findings) == [("ERROR", "QUOTA_P_VCPUS_SHORT")]
+    assert "24,000" in findings[0].message and "24,960" in findings[0].message
+    assert "L-417A185B" in findings[0].message and "at least 960" in findings[0].message
+
+
+def test_quota_short_on_capacity_reservations_is_a_warning(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=65), reservation(CR_B, az="us-east-2a", count=65)]
+    findings = cloud("us-east-2").quota(24_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("WARNING", "QUOTA_P_VCPUS_SHORT")]
+
+
+def test_quota_falls_back_to_the_aws_default_when_none_is_applied(cloud):
+    spec, plan = stack("local")
+    c = cloud("us-east-1")
+    c.sq_stub.add_client_error("get_service_quota", service_error_code="NoSuchResourceException",
+                               service_message="The request failed because the specified quota does not exist.",
+                               expected_params=QUOTA_PARAMS)
+    c.sq_stub.add_response("get_aws_default_service_quota", quota_response("us-east-1", 0.0), QUOTA_PARAMS)
+    findings = c.run(spec, plan)
+    assert codes(findings) == [("ERROR", "QUOTA_P_VCPUS_SHORT")]
+
+
+# --- capacity reservations (the prod stack: two reservations in us-east-2a) -------------------
+
+def test_reservations_that_cover_nodes_and_spares_pass(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=100), reservation(CR_B, az="us-east-2a", count=30)]
+    assert cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan) == []
+
+
+def test_reservation_in_another_az_names_both_azs(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=65), reservation(CR_B, az="us-east-2b", count=65)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_TOO_SMALL"), ("ERROR", "CAPACITY_WRONG_AZ")]
+    wrong_az = next(f for f in findings if f.code == "CAPACITY_WRONG_AZ")
+    assert CR_B in wrong_az.message and "us-east-2b" in wrong_az.message and "us-east-2a" in wrong_az.message
+    assert wrong_az.field == "gpufleet:cluster.availabilityZone"
+
+
+def test_reservations_too_small_for_nodes_and_spares(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=64), reservation(CR_B, az="us-east-2a", count=64)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_TOO_SMALL")]
+    assert "128 available" in findings[0].message and "needs 130" in findings[0].message
+
+
+def test_reservation_of_another_instance_type(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=130, itype="p4d.24xlarge"),
+             reservation(CR_B, az="us-east-2a", count=10)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_TOO_SMALL"), ("ERROR", "CAPACITY_WRONG_INSTANCE_TYPE")]
+    wrong = next(f for f in findings if f.code == "CAPACITY_WRONG_INSTANCE_TYPE")
+    assert "p4d.24xlarge" in wrong.message and "p5.48xlarge" in wrong.message
+
+
+def test_expired_reservation_does_not_count(cloud):
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=130, state="expired"),
+             reservation(CR_B, az="us-east-2a", count=10)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_NOT_ACTIVE"), ("ERROR", "CAPACITY_TOO_SMALL")]
+
+
+def test_unknown_reservation_id_is_a_finding_not_a_crash(cloud):
+    spec, plan = stack("prod")
+    c = cloud("us-east-2").quota(30_000.0)
+    c.cr_stub.add_client_error("describe_capacity_reservations",
+                               service_error_code="InvalidCapacityReservationId.NotFound",
+                               service_message=f"The capacity reservation ID '{CR_B}' does not exist",
+                               expected_params={"CapacityReservationIds": [CR_A, CR_B]})
+    findings = c.run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_NOT_FOUND")]
+    assert CR_B in findings[0].message
+
+
+# --- capacity blocks (the inference stack: p5en in us-west-2c, 129 nodes, 6 batches) ----------
+
+def test_modelled_rollout_is_batches_times_the_per_batch_table():
+    spec, plan = stack("inference")
+    assert (len(plan.batches), spec.gates.dcgm_level) == (6, 2)
+    assert validate_cloud.need_of(spec, plan).rollout == modelled_rollout(6, 2) == timedelta(hours=7.5)
+
+
+def test_capacity_block_long_enough_passes(cloud):
+    spec, plan = stack("inference")
+    # rollout 7.5 h from NOW, plus AWS's 30-minute termination lead: exactly 8 h is enough
+    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
+                        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=8))
+    assert cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan) == []
+
+
+def test_quota_short_on_a_capacity_block_is_only_info(cloud):
+    spec, plan = stack("inference")
+    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
+                        end=NOW + timedelta(days=7))
+    findings = cloud("us-west-2").quota(0.0).reservations([BLOCK], [block]).run(spec, plan)
+    assert codes(findings) == [("INFO", "QUOTA_NOT_APPLICABLE")]
+
+
+def test_capacity_block_ending_before_the_rollout_is_an_error(cloud):
+    spec, plan = stack("inference")
+    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
+                        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=7, minutes=59))
+    findings = cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_BLOCK_TOO_SHORT")]
+    assert "7.5 h" in findings[0].message and "2026-03-02 16:59 UTC" in findings[0].message
+
+
+def test_scheduled_block_is_measured_from_its_start(cloud):
+    spec, plan = stack("inference")
+    start = NOW + timedelta(days=2)
+    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
+                        state="scheduled", start=start, end=start + timedelta(hours=7))
+    findings = cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_BLOCK_TOO_SHORT"), ("INFO", "CAPACITY_SCHEDULED")]
+    assert "2026-03-04 09:00 UTC" in next(f for f in findings if f.code == "CAPACITY_SCHEDULED").message
+
+
+# --- offering (moto's offerings: p5en is not offered in us-east-1b) ---------------------------
+
+def test_instance_type_not_offered_in_the_az(cloud):
+    spec, plan = stack("dev", instance_type="p5en.48xlarge")
+    assert spec.cluster.availability_zone == "us-east-1b"
+    findings = cloud("us-east-1").quota(1_000.0).run(spec, plan)
+    assert codes(findings) == [("ERROR", "INSTANCE_TYPE_NOT_OFFERED")]
+    assert "p5en.48xlarge" in findings[0].message and "us-east-1b" in findings[0].message
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+def test_access_denied_on_quotas_is_a_warning_and_the_rest_still_runs(cloud):
+    spec, plan = stack("prod")
+    c = cloud("us-east-2")
+    c.sq_stub.add_client_error("get_service_quota", service_error_code="AccessDeniedException",
+                               service_message="User: arn:aws:iam::123456789012:user/ci is not authorized to "
+                                               "perform: servicequotas:GetServiceQuota",
+                               http_status_code=400, expected_params=QUOTA_PARAMS)
+    items = [reservation(CR_A, az="us-east-2a", count=60), reservation(CR_B, az="us-east-2a", count=60)]
+    findings = c.reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_TOO_SMALL"), ("WARNING", "CLOUD_CHECK_DENIED")]
+    denied = next(f for f in findings if f.code == "CLOUD_CHECK_DENIED")
+    assert "servicequotas:GetServiceQuota" in denied.message and "quota" in denied.message
+
+
+def test_throttled_describe_is_an_external_failure(cloud):
+    spec, plan = stack("prod")
+    c = cloud("us-east-2").quota(30_000.0)
+    c.cr_stub.add_client_error("describe_capacity_reservations", service_error_code="RequestLimitExceeded",
+                               service_message="Request limit exceeded.", http_status_code=503,
+                               expected_params={"CapacityReservationIds": ANY})
+    with pytest.raises(ExternalCommandFailed) as caught:
+        c.run(spec, plan)
+    text = str(caught.value)
+    assert "DescribeCapacityReservations" in text and "RequestLimitExceeded" in text
+    assert "Request limit exceeded." in text and caught.value.exit_code == 1
+
+
+def test_unreachable_endpoint_is_an_external_failure():
+    spec, plan = stack("dev")
+    config = Config(retries={"max_attempts": 1}, connect_timeout=2)
+    dead = {name: boto3.client(name, region_name="us-east-1", endpoint_url="http://127.0.0.1:9",
+                               aws_access_key_id="testing", aws_secret_access_key="testing", config=config)
+            for name in ("ec2", "service-quotas")}
+    with pytest.raises(ExternalCommandFailed) as caught:
+        cloud_findings(spec, plan, clients=dead, now=NOW)
+    assert "DescribeInstanceTypeOfferings" in str(caught.value)
+    assert "EndpointConnectionError" in str(caught.value)
+
+
+def test_default_clients_use_the_stack_region_and_three_retries():
+    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+    clients = validate_cloud.make_clients("us-east-2", session)
+    assert set(clients) == {"ec2", "service-quotas"}
+    for client in clients.values():
+        assert client.meta.region_name == "us-east-2"
+        assert client.meta.config.retries["total_max_attempts"] == 4  # max_attempts=3 counts retries
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+def test_cli_validate_cloud_error_finding_exits_2(monkeypatch):
+    from infra.cli import main
+
+    seen = {}
+
+    def fake(spec, plan):
+        seen["stack"] = spec.cluster.name
+        return [error("CAPACITY_TOO_SMALL", "gpufleet:cluster.capacity", "usable capacity reservations have 1")]
+
+    monkeypatch.setattr(validate_cloud, "cloud_findings", fake)
+    result = CliRunner().invoke(main, ["validate", "-s", "prod", "--cloud"])
+    assert result.exit_code == 2, result.output
+    assert seen == {"stack": "prod"} and "CAPACITY_TOO_SMALL" in result.output
+
+
+def test_cli_validate_cloud_api_failure_exits_1(monkeypatch):
+    from infra.cli import main
+
+    def fake(spec, plan):
+        raise ExternalCommandFailed("AWS ec2 DescribeCapacityReservations", "RequestLimitExceeded: slow down")
+
+    monkeypatch.setattr(validate_cloud, "cloud_findings", fake)
+    result = CliRunner().invoke(main, ["validate", "-s", "prod", "--cloud"])
+    assert result.exit_code == 1
+    assert "DescribeCapacityReservations" in result.output and "RequestLimitExceeded" in result.output
