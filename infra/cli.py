@@ -72,10 +72,10 @@ def _source(stack: str, stacks_dir: Path | None) -> str:
 def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) -> None:
     """Check a stack: schema, then semantic findings. Exit 2 on any ERROR."""
     from infra.findings import has_errors, sort_findings
-    from infra.plan import build_plan
+    from infra.plan import plan_stack
 
     spec = _load(stack, stacks_dir)
-    plan = build_plan(spec)
+    plan = plan_stack(spec)
     findings = list(plan.findings)
     if cloud:
         from infra.validate_cloud import cloud_findings
@@ -101,11 +101,11 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
 def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     """Plan a stack: nodes, blocks, units, partitions, batches, IPs, storage, memory fit."""
     from infra.findings import has_errors
-    from infra.plan import build_plan
+    from infra.plan import plan_stack
     from infra.plan.render import render_summary
 
     spec = _load(stack, stacks_dir)
-    the_plan = build_plan(spec)
+    the_plan = plan_stack(spec)
     if as_json:
         click.echo(the_plan.model_dump_json(indent=2))
     else:

@@ -1,7 +1,14 @@
-"""Pure capacity planning: a ClusterSpec in, a ClusterPlan with findings out. No I/O."""
+"""Capacity planning: a ClusterSpec in, a ClusterPlan with findings out.
+
+`build_plan` is pure. `plan_stack` adds the findings of the stack's bill of materials,
+which it reads from disk (`infra.bom.bom_findings`).
+"""
 
 from __future__ import annotations
 
+from typing import Sequence
+
+from infra.bom import bom_findings
 from infra.findings import Finding, sort_findings
 from infra.plan.batches import batch_of_block, plan_batches
 from infra.plan.memory import memory_fit
@@ -12,10 +19,16 @@ from infra.plan.storage import plan_storage
 from infra.plan.topology import build_topology, layout
 from infra.spec import ClusterSpec
 
-__all__ = ["build_plan", "ClusterPlan"]
+__all__ = ["build_plan", "plan_stack", "ClusterPlan"]
 
 
-def build_plan(spec: ClusterSpec) -> ClusterPlan:
+def plan_stack(spec: ClusterSpec) -> ClusterPlan:
+    """The plan with the stack's bill-of-materials findings: the one entry point that reads a file."""
+    return build_plan(spec, extra_findings=bom_findings(spec))
+
+
+def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> ClusterPlan:
+    """Pure: the same spec always gives the same plan."""
     c = spec.cluster
     instance = c.instance
     findings: list[Finding] = []
@@ -37,6 +50,7 @@ def build_plan(spec: ClusterSpec) -> ClusterPlan:
         memory, f = memory_fit(spec.model, instance, c.unit_gpus)
         findings += f
     findings += _rollout_findings(spec, len(batches))
+    findings += extra_findings
     return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
                        instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),
                        units=tuple(units), blocks=tuple(blocks), partitions=tuple(allocations),

@@ -53,7 +53,7 @@ def test_library_errors_map_to_their_exit_codes(monkeypatch):
                       (ExternalCommandFailed("ec2:DescribeInstances", "Throttling"), 1), (RuntimeError("bug"), 1)):
         def boom(spec, exc=exc):
             raise exc
-        monkeypatch.setattr(plan_module, "build_plan", boom)
+        monkeypatch.setattr(plan_module, "plan_stack", boom)
         result = run("plan", "-s", "local")
         assert result.exit_code == code, (exc, result.output)
         assert "gpufleet:" in result.output

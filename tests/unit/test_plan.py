@@ -6,7 +6,7 @@ import pytest
 
 from infra import catalog
 from infra.findings import Level
-from infra.plan import build_plan
+from infra.plan import build_plan, plan_stack
 from infra.plan.batches import plan_batches
 from infra.plan.memory import memory_fit
 from infra.plan.network import pod_ips_per_node, smallest_prefix, subnet_budget
@@ -250,7 +250,7 @@ def test_every_shipped_stack_validates_without_error():
     stacks = available_stacks()
     assert {"local", "dev", "prod", "inference"} <= set(stacks)
     for name in stacks:
-        plan = build_plan(load_stack(name))
+        plan = plan_stack(load_stack(name))
         assert not codes(plan.findings, Level.ERROR), (name, [f.render() for f in plan.findings])
 
 
