@@ -305,18 +305,18 @@ def cloud_findings(spec: ClusterSpec, plan: Any, *, session: Any = None,
     ec2, sq = clients["ec2"], clients["service-quotas"]
     now = now or datetime.now(timezone.utc)
     need = need_of(spec, plan)
-    checks: list[tuple[str, Callable[[], list[Finding]]]] = [
-        ("the instance type offering", lambda: check_offering(ec2, need)),
-        ("the catalog cross-check", lambda: check_catalog(ec2, spec)),
-        ("the P-instance vCPU quota", lambda: check_quota(sq, spec, need)),
-        ("the capacity reservations", lambda: check_capacity(ec2, spec, need, now)),
+    checks: list[tuple[str, str, Callable[[], list[Finding]]]] = [
+        ("the instance type offering", F_AZ, lambda: check_offering(ec2, need)),
+        ("the catalog cross-check", F_INSTANCE_TYPE, lambda: check_catalog(ec2, spec)),
+        ("the P-instance vCPU quota", F_INSTANCE_TYPE, lambda: check_quota(sq, spec, need)),
+        ("the capacity reservations", F_CAPACITY, lambda: check_capacity(ec2, spec, need, now)),
     ]
     findings: list[Finding] = []
-    for what, run in checks:
+    for what, field, run in checks:
         try:
             findings.extend(run())
         except _AccessDenied as denied:
-            findings.append(warning("CLOUD_CHECK_DENIED", "--cloud",
+            findings.append(warning("CLOUD_CHECK_DENIED", field,
                                     f"{what} was not checked: missing permission {denied.action} "
                                     f"({denied.detail})"))
     return findings

@@ -289,6 +289,18 @@ def test_access_denied_on_quotas_is_a_warning_and_the_rest_still_runs(cloud):
     assert "servicequotas:GetServiceQuota" in denied.message and "quota" in denied.message
 
 
+def test_unauthorized_on_reservations_is_a_warning_naming_the_ec2_action(cloud):
+    spec, plan = stack("prod")
+    c = cloud("us-east-2").quota(10_000.0)
+    c.cr_stub.add_client_error("describe_capacity_reservations", service_error_code="UnauthorizedOperation",
+                               service_message="You are not authorized to perform this operation.",
+                               http_status_code=403, expected_params={"CapacityReservationIds": [CR_A, CR_B]})
+    findings = c.run(spec, plan)
+    assert codes(findings) == [("WARNING", "CLOUD_CHECK_DENIED"), ("WARNING", "QUOTA_P_VCPUS_SHORT")]
+    denied = next(f for f in findings if f.code == "CLOUD_CHECK_DENIED")
+    assert "ec2:DescribeCapacityReservations" in denied.message and denied.field == "gpufleet:cluster.capacity"
+
+
 def test_throttled_describe_is_an_external_failure(cloud):
     spec, plan = stack("prod")
     c = cloud("us-east-2").quota(30_000.0)
