@@ -1,0 +1,207 @@
+"""Run the real Pulumi program offline under `pulumi.runtime.set_mocks` and record it.
+
+No CLI, no credentials: a recording monitor keeps every registration (type, name, camelCase
+inputs, mocked outputs, parent, options) and the stack's exports; the mocks answer ids and
+attributes deterministically (private IPs come from the compute subnet by slot index), so the
+preview, the policy tests, the snapshots and the simulator all see the same graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as pmocks
+from pulumi.runtime import rpc, settings
+
+from infra.plan import build_plan
+from infra.plan.model import ClusterPlan
+from infra.spec import ClusterSpec, load_stack, pulumi_config_from_raw
+
+PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
+PROJECT = "gpufleet"
+MOCK_ACCOUNT = "123456789012"
+SERVICE_CIDR = "172.20.0.0/16"
+
+
+@dataclass(frozen=True)
+class Registration:
+    type: str
+    name: str
+    inputs: dict[str, Any]  # camelCase, as the engine sends them to providers and policies
+    outputs: dict[str, Any]
+    parent: str | None  # the parent's URN
+    options: dict[str, Any] = field(default_factory=dict)  # protect, ignoreChanges, dependsOn, provider
+    urn: str = ""
+
+
+@dataclass
+class Capture:
+    stack: str
+    spec: ClusterSpec
+    plan: ClusterPlan
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def named(self, name: str) -> Registration:
+        return next(r for r in self.registrations if r.name == name)
+
+
+def _digest(*parts: str, n: int = 17) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:n]
+
+
+class GpufleetMocks(pulumi.runtime.Mocks):
+    """Deterministic answers for the resource types and invokes the program uses."""
+
+    def __init__(self, plan: ClusterPlan, stack: str, recorded_batches: int | None) -> None:
+        self.plan = plan
+        self.stack = stack
+        self.recorded = recorded_batches
+        hosts = ipaddress.IPv4Network(plan.network.compute.cidr).hosts()
+        for _ in range(4):  # AWS reserves .1-.3 (router, DNS, future); start after them
+            next(hosts)
+        self.ips = {slot.name: str(next(hosts)) for slot in plan.nodes}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        typ, name, inputs = args.typ, args.name, dict(args.inputs)
+        rid = f"{typ.split(':')[-1].lower()}-{_digest(self.stack, typ, name)}"
+        out = dict(inputs)
+        if typ == "pulumi:pulumi:StackReference":
+            outputs = {} if self.recorded is None else {"deployedBatches": self.recorded}
+            return inputs.get("name", name), {"name": inputs.get("name", name), "outputs": outputs,
+                                              "secretOutputNames": []}
+        out.setdefault("arn", f"arn:aws:{typ.split(':')[1].split('/')[0]}:{self.plan.region}:{MOCK_ACCOUNT}:{rid}")
+        out.setdefault("tagsAll", inputs.get("tags", {}))
+        if typ == "aws:ec2/instance:Instance":
+            out.update(privateIp=self.ips[name], privateDns=f"ip-{self.ips[name].replace('.', '-')}.ec2.internal",
+                       instanceState="running", id=f"i-{_digest(self.stack, name)}")
+            return out["id"], out
+        if typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            out.update(latestVersion=1, defaultVersion=1)
+        elif typ == "aws:ec2/placementGroup:PlacementGroup":
+            out.setdefault("name", name)
+        elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            out.update(dnsName=f"{rid}.fsx.{self.plan.region}.amazonaws.com", mountName=_digest(name, n=8))
+        elif typ == "aws:s3/bucket:Bucket":
+            out.setdefault("bucket", f"{inputs.get('bucketPrefix', name)}{_digest(name, n=8)}")
+            out["arn"] = f"arn:aws:s3:::{out['bucket']}"
+        elif typ == "aws:eks/cluster:Cluster":
+            out.update(endpoint=f"https://{_digest(name, n=32).upper()}.gr7.{self.plan.region}.eks.amazonaws.com",
+                       certificateAuthority={"data": "TU9DSy1DQQ=="},
+                       kubernetesNetworkConfig={"serviceIpv4Cidr": SERVICE_CIDR, "ipFamily": "ipv4"})
+        elif typ == "aws:iam/role:Role":
+            out["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{name}"
+            out.setdefault("name", name)
+        return rid, out
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "aws:ssm/getParameter:getParameter":
+            name = args.args["name"]
+            return {"name": name, "type": "String", "value": f"ami-{_digest('ami', name)}", "id": name,
+                    "arn": f"arn:aws:ssm:{self.plan.region}:{MOCK_ACCOUNT}:parameter{name}", "version": 1,
+                    "insecureValue": f"ami-{_digest('ami', name)}"}
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            region = self.plan.region
+            return {"names": [f"{region}{c}" for c in "abcd"], "zoneIds": [f"use-az{i}" for i in range(4)],
+                    "id": region, "groupNames": [region]}
+        return {}
+
+
+class RecordingMonitor(pmocks.MockMonitor):
+    """Keeps each registration with its options, which `Mocks.new_resource` never sees."""
+
+    def __init__(self, mocks: GpufleetMocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+        self._stack_urn: str | None = None
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC name)
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            self._stack_urn = response.urn
+            return response
+        registered = self.resources[response.urn]
+        inputs = rpc.deserialize_properties(request.object)
+        options = {"protect": bool(request.protect), "ignoreChanges": list(request.ignoreChanges),
+                   "dependsOn": sorted(request.dependencies), "custom": bool(request.custom)}
+        self.registrations.append(Registration(request.type, request.name, _plain(inputs), _plain(registered.state),
+                                               request.parent or None, options, response.urn))
+        return response
+
+    def ReadResource(self, request):  # noqa: N802 (gRPC name)
+        response = super().ReadResource(request)
+        self.registrations.append(Registration(request.type, request.name, _plain(rpc.deserialize_properties(
+            request.properties)), {}, request.parent or None, {"read": True}, response.urn))
+        return response
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802 (gRPC name)
+        if request.urn == self._stack_urn:
+            self.stack_outputs = _plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def _plain(value: Any) -> Any:
+    """Deserialized properties as plain JSON-able data (secrets unwrapped, unknowns as None)."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:  # noqa: SLF001
+            return _plain(value.get("value"))
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire format has only doubles; counts and indexes read back as ints
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return json.loads(json.dumps(value, default=str))
+
+
+def capture_program(spec_or_stack: ClusterSpec | str, *, stack: str | None = None, target_batch: int | None = None,
+                    recorded_batches: int | None = None, overrides: dict[str, Any] | None = None) -> Capture:
+    """Run `infra/__main__.py` under mocks; return every registration and the exports.
+
+    `target_batch` overrides `gpufleet:rollout.targetBatch`; `recorded_batches` is what the
+    mocked StackReference says the stack last deployed (None: a fresh stack); `overrides`
+    replaces whole `gpufleet:` keys of the raw config (e.g. a different `image`).
+    Re-entrant: each call gets a fresh event loop, config, root stack and monitor.
+    """
+    if isinstance(spec_or_stack, str):
+        stack_name = stack or spec_or_stack
+        spec = load_stack(spec_or_stack)
+    else:
+        stack_name = stack or spec_or_stack.cluster.name
+        spec = spec_or_stack
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw.update(overrides or {})
+    if target_batch is not None:
+        raw["rollout"] = {**raw.get("rollout", {}), "targetBatch": target_batch}
+    spec = ClusterSpec.from_raw(raw, source=f"stack {stack_name}")
+    plan = build_plan(spec)
+    mocks = GpufleetMocks(plan, stack_name, recorded_batches)
+    monitor = RecordingMonitor(mocks)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        settings.ROOT.set(None)
+        pulumi.runtime.set_all_config(pulumi_config_from_raw(raw))
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
+        settings.ROOT.set(None)  # set_mocks made (and finished) a root stack; run_in_stack makes the one exports go to
+        loop.run_until_complete(pulumi.runtime.stack.run_in_stack(lambda: runpy.run_path(str(PROGRAM))))
+    finally:
+        settings.SETTINGS.rpc_manager.clear()
+        settings.SETTINGS.outputs.clear()
+        loop.close()
+        asyncio.set_event_loop(None)
+    return Capture(stack=stack_name, spec=spec, plan=plan, registrations=monitor.registrations,
+                   outputs=monitor.stack_outputs)
