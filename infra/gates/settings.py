@@ -1,0 +1,53 @@
+"""What the gates expect of a cohort: SKU, BOM versions, DCGM level, baseline thresholds.
+
+Why separate: the CLI, the rollout and the simulator build it from different sources
+(options, `GatesConfig`, the BOM); the checks only read it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infra import catalog
+from infra.catalog import InstanceType
+
+GIB = 2**30
+
+
+class GateSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance_type: str = "p5.48xlarge"
+    expected_versions: dict[str, str] = Field(default_factory=dict)  # BOM keys: nvidia_driver, cuda, ...
+    bom_digest: str = "none"
+    dcgm_level: int = Field(default=2, ge=1, le=4)
+    intra_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)  # None: the catalog's floor
+    multi_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
+    cohort_outlier_fraction: float = Field(default=0.1, gt=0, lt=1)
+    cohort_min_size: int = Field(default=3, ge=2)  # a median of fewer nodes says nothing
+    baseline_min_bytes: int = Field(default=GIB, ge=1)  # gate on rows at least this large
+    remap_uncorrectable_limit: int = 512
+    expect_lustre: bool = True
+    expect_container_runtime: bool = True
+
+    @property
+    def sku(self) -> InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def intra_floor(self) -> float:
+        return self.intra_node_busbw_floor_gbs or self.sku.intra_node_busbw_floor_gbs
+
+    @property
+    def multi_floor(self) -> float:
+        return self.multi_node_busbw_floor_gbs or self.sku.multi_node_busbw_floor_gbs
+
+    @classmethod
+    def from_config(cls, gates_config, instance_type: str, expected_versions: dict[str, str] | None = None,
+                    bom_digest: str = "none", **extra) -> "GateSettings":
+        """From the stack's `GatesConfig` (infra.spec)."""
+        return cls(instance_type=instance_type, expected_versions=dict(expected_versions or {}),
+                   bom_digest=bom_digest, dcgm_level=gates_config.dcgm_level,
+                   intra_node_busbw_floor_gbs=gates_config.intra_node_busbw_floor_gbs,
+                   multi_node_busbw_floor_gbs=gates_config.multi_node_busbw_floor_gbs,
+                   cohort_outlier_fraction=gates_config.cohort_outlier_fraction, **extra)
