@@ -36,7 +36,7 @@ class Registration:
     type: str
     name: str
     inputs: dict[str, Any]  # camelCase, as the engine sends them to providers and policies
-    outputs: dict[str, Any]
+    outputs: dict[str, Any]  # the mocked state, with `id` for custom resources (as the bridge reports it)
     parent: str | None  # the parent's URN
     options: dict[str, Any] = field(default_factory=dict)  # protect, ignoreChanges, dependsOn, provider
     urn: str = ""
@@ -136,7 +136,8 @@ class RecordingMonitor(pmocks.MockMonitor):
         inputs = rpc.deserialize_properties(request.object)
         options = {"protect": bool(request.protect), "ignoreChanges": list(request.ignoreChanges),
                    "dependsOn": sorted(request.dependencies), "custom": bool(request.custom)}
-        self.registrations.append(Registration(request.type, request.name, _plain(inputs), _plain(registered.state),
+        outputs = {**_plain(registered.state), "id": registered.id} if request.custom else _plain(registered.state)
+        self.registrations.append(Registration(request.type, request.name, _plain(inputs), outputs,
                                                request.parent or None, options, response.urn))
         return response
 

@@ -1,0 +1,1 @@
+"""gpufleet's CrossGuard policy pack. `rules` is importable without starting the pack."""
