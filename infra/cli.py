@@ -115,6 +115,8 @@ def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
 
 
 # --- commands from other packages (one import and one add_command each) --------------------
+from infra.cloud.preview_command import preview as _preview_command  # noqa: E402
+main.add_command(_preview_command)
 from infra.gates.command import gate as _gate_command  # noqa: E402
 main.add_command(_gate_command)
 
