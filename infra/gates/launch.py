@@ -74,9 +74,10 @@ def launch_spec(kind: Kind, nodes: Sequence[str], sku: InstanceType, versions: M
     name = name or "gate-" + "-".join(n.replace(".", "-") for n in nodes)[:50].rstrip("-")
     args = all_reduce_args(message_bytes)
     if kind == "slurm":
-        export = "ALL," + ",".join(f"{k}={v}" for k, v in sorted(env.items()))
-        argv = ("srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
-                f"--ntasks-per-node={sku.gpus}", "--mpi=pmix", "--cpu-bind=none", "-l", f"--export={export}", *args)
+        # values hold commas (NCCL_DEBUG_SUBSYS=INIT,NET), which --export=K=V,... cannot carry: set
+        # them in srun's environment and export ALL
+        argv = ("env", *(f"{k}={v}" for k, v in sorted(env.items())), "srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
+                f"--ntasks-per-node={sku.gpus}", "--mpi=pmix", "--cpu-bind=none", "-l", "--export=ALL", *args)
         return LaunchSpec(kind=kind, name=name, nodes=nodes, ranks=ranks, env=env, argv=argv)
     if kind == "ssh":
         argv = ["mpirun", "--host", ",".join(f"{n}:{sku.gpus}" for n in nodes), "-np", str(ranks), "--tag-output",
