@@ -64,8 +64,10 @@ def _digest(*parts: str, n: int = 17) -> str:
 class GpufleetMocks(pulumi.runtime.Mocks):
     """Deterministic answers for the resource types and invokes the program uses."""
 
-    def __init__(self, plan: ClusterPlan, stack: str, recorded_batches: int | None) -> None:
+    def __init__(self, plan: ClusterPlan, stack: str, recorded_batches: int | None,
+                 recorded_images: dict[str, str] | None = None) -> None:
         self.plan = plan
+        self.images = recorded_images or {}
         self.stack = stack
         self.recorded = recorded_batches
         hosts = ipaddress.IPv4Network(plan.network.compute.cidr).hosts()
@@ -78,7 +80,7 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         rid = f"{typ.split(':')[-1].lower()}-{_digest(self.stack, typ, name)}"
         out = dict(inputs)
         if typ == "pulumi:pulumi:StackReference":
-            outputs = {} if self.recorded is None else {"deployedBatches": self.recorded}
+            outputs = {} if self.recorded is None else {"deployedBatches": self.recorded, "batchImages": self.images}
             return inputs.get("name", name), {"name": inputs.get("name", name), "outputs": outputs,
                                               "secretOutputNames": []}
         out.setdefault("arn", f"arn:aws:{typ.split(':')[1].split('/')[0]}:{self.plan.region}:{MOCK_ACCOUNT}:{rid}")
@@ -169,11 +171,12 @@ def _plain(value: Any) -> Any:
 
 
 def capture_program(spec_or_stack: ClusterSpec | str, *, stack: str | None = None, target_batch: int | None = None,
-                    recorded_batches: int | None = None, overrides: dict[str, Any] | None = None) -> Capture:
+                    recorded_batches: int | None = None, recorded_images: dict[str, str] | None = None, overrides: dict[str, Any] | None = None) -> Capture:
     """Run `infra/__main__.py` under mocks; return every registration and the exports.
 
-    `target_batch` overrides `gpufleet:rollout.targetBatch`; `recorded_batches` is what the
-    mocked StackReference says the stack last deployed (None: a fresh stack); `overrides`
+    `target_batch` overrides `gpufleet:rollout.targetBatch`; `recorded_batches` and
+    `recorded_images` are what the mocked StackReference says the stack last deployed
+    (its `deployedBatches` and `batchImages` outputs; None: a fresh stack); `overrides`
     replaces whole `gpufleet:` keys of the raw config (e.g. a different `image`).
     Re-entrant: each call gets a fresh event loop, config, root stack and monitor.
     """
@@ -189,7 +192,7 @@ def capture_program(spec_or_stack: ClusterSpec | str, *, stack: str | None = Non
         raw["rollout"] = {**raw.get("rollout", {}), "targetBatch": target_batch}
     spec = ClusterSpec.from_raw(raw, source=f"stack {stack_name}")
     plan = build_plan(spec)
-    mocks = GpufleetMocks(plan, stack_name, recorded_batches)
+    mocks = GpufleetMocks(plan, stack_name, recorded_batches, recorded_images)
     monitor = RecordingMonitor(mocks)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -53,6 +53,7 @@ class Compute(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, plan: ClusterPlan, staging: Staging,
                  subnet_id: pulumi.Input[str], security_groups: list[pulumi.Input[str]],
                  instance_profile_arn: pulumi.Input[str], ami: pulumi.Input[str],
+                 batch_ami: Callable[[int], pulumi.Input[str]],
                  user_data: Callable[[NodeSlot], pulumi.Input[str]], tags: dict[str, str],
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:compute:Compute", name, None, opts)
@@ -92,7 +93,7 @@ class Compute(pulumi.ComponentResource):
         for slot in self.slots:
             reservation = reservation_for(slot, len(plan.nodes), ids)
             self.instances[slot.name] = aws.ec2.Instance(
-                slot.name, ami=ami, instance_type=instance.name, availability_zone=plan.availability_zone,
+                slot.name, ami=batch_ami(slot.batch), instance_type=instance.name, availability_zone=plan.availability_zone,
                 launch_template=aws.ec2.InstanceLaunchTemplateArgs(
                     id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
                 user_data=user_data(slot), user_data_replace_on_change=False,

@@ -16,7 +16,7 @@ from infra.cloud.compute import Compute
 from infra.cloud.eks import Eks
 from infra.cloud.identity import Identity
 from infra.cloud.network import Network
-from infra.cloud.staging import DEPLOYED_OUTPUT, own_stack_name, recorded_batches, resolve_staging
+from infra.cloud.staging import DEPLOYED_OUTPUT, IMAGES_OUTPUT, own_stack_name, recorded_state, resolve_staging
 from infra.cloud.storage import Storage
 from infra.cloud.userdata import EksCoordinates, eks_user_data, shell_user_data
 from infra.errors import ConfigError
@@ -54,11 +54,13 @@ class Cluster:
     eks: Eks | None
     compute: Compute
     deployed_batches: int
+    batch_images: pulumi.Output[dict[str, str]]
 
     def outputs(self) -> dict[str, object]:
         out: dict[str, object] = {
             "nodes": self.compute.inventory(),
             DEPLOYED_OUTPUT: self.deployed_batches,
+            IMAGES_OUTPUT: self.batch_images,
             "fsxDnsName": self.storage.file_system.dns_name,
             "fsxMountName": self.storage.file_system.mount_name,
             "bucket": self.storage.bucket.bucket,
@@ -93,13 +95,18 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan) -> Cluster:
         eks = Eks(f"{name}-eks", name, spec.cluster.region, spec.pool.kubernetes_version,
                   [network.management_subnet.id, network.control_plane_subnet.id], identity.role.arn, tags,
                   opts=opts)
-    staging = resolve_staging(spec.rollout.target_batch, recorded_batches(own_stack_name()), len(plan.batches),
+    recorded = recorded_state(own_stack_name())
+    staging = resolve_staging(spec.rollout.target_batch, recorded.batches, len(plan.batches),
                               spec.rollout.allow_shrink)
+    ami = resolve_ami(spec)
+    # Existing batches keep the image they were deployed with; only new batches get the current one.
+    images = {str(b.number): (recorded.images.get(str(b.number)) or ami) if staging.existing(b.number) else ami
+              for b in plan.batches if staging.has_instances(b.number)}
     compute = Compute(f"{name}-compute", spec, plan, staging, network.compute_subnet.id,
-                      [network.efa_sg.id, network.node_sg.id], identity.instance_profile.arn, resolve_ami(spec),
-                      _user_data(stack, eks), tags, opts=opts)
+                      [network.efa_sg.id, network.node_sg.id], identity.instance_profile.arn, ami,
+                      lambda batch: images[str(batch)], _user_data(stack, eks), tags, opts=opts)
     return Cluster(network=network, storage=storage, identity=identity, eks=eks, compute=compute,
-                   deployed_batches=staging.active)
+                   deployed_batches=staging.active, batch_images=pulumi.Output.from_input(images))
 
 
 def _user_data(stack: str, eks: Eks | None):

@@ -19,6 +19,7 @@ import pulumi
 from infra.errors import ConfigError
 
 DEPLOYED_OUTPUT = "deployedBatches"
+IMAGES_OUTPUT = "batchImages"  # {batch: AMI id} as deployed, so existing batches keep their image
 FROZEN_PROPERTIES = ["ami", "user_data", "launch_template"]
 
 
@@ -50,8 +51,14 @@ def resolve_staging(target: int | None, recorded: int, batches: int, allow_shrin
     return Staging(active=active, recorded=recorded)
 
 
-def recorded_batches(stack_name: str) -> int:
-    """The stack's own last `deployedBatches` output (0 for a fresh stack).
+@dataclass(frozen=True)
+class Recorded:
+    batches: int
+    images: dict[str, str]
+
+
+def recorded_state(stack_name: str) -> Recorded:
+    """The stack's own last `deployedBatches` and `batchImages` outputs (0 and {} for a fresh stack).
 
     The instance set must be a plain value at program time (resources created inside an
     apply are invisible to previews), so the reference is awaited synchronously, the way
@@ -60,13 +67,19 @@ def recorded_batches(stack_name: str) -> int:
     from pulumi.runtime.sync_await import _sync_await
 
     ref = pulumi.StackReference(stack_name)
-    details = _sync_await(ref.get_output_details(DEPLOYED_OUTPUT))
-    value = details.value if details.value is not None else details.secret_value
+
+    def read(name: str):
+        details = _sync_await(ref.get_output_details(name))
+        return details.value if details.value is not None else details.secret_value
+
+    value, images = read(DEPLOYED_OUTPUT), read(IMAGES_OUTPUT)
     try:
-        return max(0, int(value)) if value is not None else 0
+        batches = max(0, int(value)) if value is not None else 0
     except (TypeError, ValueError):
         raise ConfigError(f"stack output {DEPLOYED_OUTPUT} is {value!r}", field=DEPLOYED_OUTPUT,
                           expected="an integer batch count") from None
+    images = {str(k): str(v) for k, v in images.items()} if isinstance(images, dict) else {}
+    return Recorded(batches=batches, images=images)
 
 
 def own_stack_name() -> str:

@@ -1,0 +1,32 @@
+"""`gpufleet preview --offline`: the summary, JSON, and exit 3 on a mandatory violation."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from infra.cli import main
+from policies.evaluate import Violation
+
+
+def test_preview_json_counts_instances_by_batch():
+    result = CliRunner().invoke(main, ["preview", "-s", "dev", "--offline", "--json", "--target-batch", "1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["instancesByBatch"] == {"1": 1} and report["deployedBatches"] == 1
+    assert report["mandatoryViolations"] == 0
+    assert {i["type"] for i in report["interfaces"]["p5.48xlarge"]} == {"interface", "efa-only"}
+
+
+def test_preview_text_and_mandatory_violation_exit_3(monkeypatch):
+    import infra.cloud.preview as preview
+
+    monkeypatch.setattr(preview, "evaluate", lambda regs: [Violation("imdsv2-required", "mandatory", "lt", "IMDSv1")])
+    result = CliRunner().invoke(main, ["preview", "-s", "dev", "--offline", "--target-batch", "1"])
+    assert result.exit_code == 3, result.output
+    assert "[mandatory] imdsv2-required: lt: IMDSv1" in result.output
+
+
+def test_preview_without_offline_is_a_usage_error():
+    assert CliRunner().invoke(main, ["preview", "-s", "dev"]).exit_code == 2
