@@ -97,8 +97,10 @@ def smi_q(n: NodeSpec) -> str:
         kv(3, "HW Thermal Slowdown", "Not Active"); kv(3, "HW Power Brake Slowdown", "Not Active")
         kv(1, "ECC Mode"); kv(2, "Current", "Enabled"); kv(2, "Pending", "Enabled")
         kv(1, "ECC Errors"); kv(2, "Volatile"); kv(3, "DRAM Uncorrectable", "0"); kv(3, "SRAM Uncorrectable Parity", "0")
+        kv(2, "Aggregate"); kv(3, "DRAM Uncorrectable", "0"); kv(3, "SRAM Threshold Exceeded", "No")
         kv(1, "Remapped Rows"); kv(2, "Correctable Error", "0"); kv(2, "Uncorrectable Error", "0")
         kv(2, "Pending", pending); kv(2, "Remapping Failure Occurred", "No")
+        kv(2, "Bank Remap Availability Histogram"); kv(3, "Max", "2560 bank(s)"); kv(3, "None", "0 bank(s)")
         kv(1, "Fabric"); kv(2, "State", "Completed"); kv(2, "Status", "Success")
     return "\n".join(out) + "\n"
 
