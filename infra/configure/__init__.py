@@ -1,0 +1,1 @@
+"""Node configuration: ansible-runner driver, inventories, extravars from the BOM, image builds."""

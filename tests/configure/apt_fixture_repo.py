@@ -1,0 +1,130 @@
+"""A local apt repository of dummy packages named and versioned like the real node stack.
+
+Built with `dpkg-deb` into a flat repository (`deb [trusted=yes] file:/srv/gpufleet-repo ./`)
+inside a test rootfs, so the roles' apt path really resolves, pins, installs and holds
+packages. The EFA installer tarball is faked the same way: its script installs a
+libnccl-ofi .deb and writes /opt/amazon/efa_installed_packages, as the real one does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.bom import Bom
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configure"
+REPO_IN_ROOT = "srv/gpufleet-repo"
+
+
+@dataclass
+class Pkg:
+    name: str
+    version: str
+    files: dict[str, Path | str] = field(default_factory=dict)  # path in package -> source file or text
+
+
+def node_stack(bom: Bom, os_name: str, kernel: str) -> list[Pkg]:
+    c, o = bom.components, bom.for_os(os_name)
+    drv, br = c.nvidia_driver.version, c.nvidia_driver.branch
+    cuda_dashed = "-".join(c.cuda.version.split(".")[:2])
+    cuda_series = ".".join(c.cuda.version.split(".")[:2])
+    ctk = c.nvidia_container_toolkit.version
+    dcgm_major = c.dcgm.version.split(".")[0]
+    return [
+        Pkg(f"nvidia-driver-{br}-open", f"{drv}-0ubuntu1", {"usr/bin/nvidia-smi": FIXTURES / "nvidia-smi"}),
+        Pkg(f"nvidia-fabricmanager-{br}", f"{drv}-1"),
+        Pkg(f"cuda-toolkit-{cuda_dashed}", f"{c.cuda.version}-1"),
+        Pkg("gdrdrv-dkms", f"{c.gdrcopy.version}-1"),
+        Pkg("libgdrapi", f"{c.gdrcopy.version}-1"),
+        Pkg("libnccl2", f"{c.nccl.version}-1+cuda{cuda_series}"),
+        Pkg("containerd", f"{o.containerd}-0ubuntu1~22.04.1"),
+        Pkg("nvidia-container-toolkit", f"{ctk}-1", {"usr/bin/nvidia-ctk": FIXTURES / "nvidia-ctk"}),
+        Pkg("nvidia-container-toolkit-base", f"{ctk}-1"),
+        Pkg("libnvidia-container-tools", f"{ctk}-1"),
+        Pkg("libnvidia-container1", f"{ctk}-1"),
+        Pkg(f"lustre-client-modules-{kernel}", f"{o.lustre_client}-1fsx18"),
+        Pkg("lustre-client-utils", f"{o.lustre_client}-1fsx18"),
+        Pkg(f"datacenter-gpu-manager-{dcgm_major}-core", f"1:{c.dcgm.version}-1"),
+        Pkg(f"datacenter-gpu-manager-{dcgm_major}-cuda12", f"1:{c.dcgm.version}-1"),
+        Pkg("munge", "0.5.15-2gpufleet1"),
+        # an older driver too, so the pin (not "newest wins") is what picks the version
+        Pkg(f"nvidia-driver-{br}-open", f"{br}.999.99-0ubuntu1"),
+    ]
+
+
+def build_deb(pkg: Pkg, out_dir: Path, work: Path) -> Path:
+    tree = work / f"{pkg.name}_{pkg.version}".replace(":", "_")
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {pkg.name}\nVersion: {pkg.version}\nArchitecture: all\n"
+        f"Maintainer: gpufleet tests <tests@gpufleet.invalid>\nDescription: dummy {pkg.name} for gpufleet tests\n")
+    for rel, src in pkg.files.items():
+        dest = tree / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(src, Path):
+            shutil.copy2(src, dest)
+        else:
+            dest.write_text(src)
+    deb = out_dir / (tree.name + ".deb")
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)],
+                   check=True, capture_output=True)
+    return deb
+
+
+def write_packages_index(repo: Path) -> None:
+    """What dpkg-scanpackages writes, without needing dpkg-dev."""
+    stanzas = []
+    for deb in sorted(repo.glob("*.deb")):
+        control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+        data = deb.read_bytes()
+        stanzas.append(f"{control}\nFilename: ./{deb.name}\nSize: {len(data)}\n"
+                       f"SHA256: {hashlib.sha256(data).hexdigest()}\n")
+    (repo / "Packages").write_text("\n".join(stanzas))
+
+
+def efa_installer_tarball(bom: Bom, dest: Path, work: Path) -> Path:
+    """aws-efa-installer-<v>.tar.gz whose efa_installer.sh installs the bundled libnccl-ofi."""
+    c = bom.components
+    ofi = build_deb(Pkg("libnccl-ofi", f"{c.aws_ofi_nccl.version}-1"), work, work)
+    script = f"""#!/bin/sh
+set -e
+[ "$1" = "-y" ] || {{ echo "usage: efa_installer.sh -y" >&2; exit 2; }}
+dpkg -i "$(dirname "$0")/{ofi.name}" >/dev/null
+mkdir -p /opt/amazon/efa/bin
+cp "$(dirname "$0")/fi_info" /opt/amazon/efa/bin/fi_info
+cp "$(dirname "$0")/efa_installed_packages" /opt/amazon/efa_installed_packages
+"""
+    buf = dest / f"aws-efa-installer-{c.efa_installer.version}.tar.gz"
+    with tarfile.open(buf, "w:gz") as tar:
+        for name, data, mode in (("efa_installer.sh", script.encode(), 0o755),
+                                 (ofi.name, ofi.read_bytes(), 0o644),
+                                 ("fi_info", (FIXTURES / "fi_info").read_bytes(), 0o755),
+                                 ("efa_installed_packages", (FIXTURES / "efa_installed_packages").read_bytes(), 0o644)):
+            info = tarfile.TarInfo(f"aws-efa-installer/{name}")
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf
+
+
+def install_into(root: Path, bom: Bom, os_name: str, work: Path) -> None:
+    """Put the repo and the installer into `root`, and make it the only apt source."""
+    repo = root / REPO_IN_ROOT
+    repo.mkdir(parents=True)
+    for pkg in node_stack(bom, os_name, os.uname().release):
+        build_deb(pkg, repo, work)
+    write_packages_index(repo)
+    efa_installer_tarball(bom, repo, work)
+    for src in (root / "etc/apt/sources.list", root / "etc/apt/sources.list.d/debian.sources"):
+        src.unlink(missing_ok=True)
+    # stands in for the distribution archive a real node has (munge comes from there)
+    (root / "etc/apt/sources.list.d/distro.list").write_text(f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./\n")
+    subprocess.run(["chroot", str(root), "apt-get", "update", "-q"], check=True, capture_output=True)
+    shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")

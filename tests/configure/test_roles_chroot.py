@@ -1,0 +1,162 @@
+"""The roles really applied, apt family, to a Debian chroot with a local repo of dummy packages.
+
+One fresh overlay of the cached debootstrap base per module: a --check --diff run first (must
+not fail and must change nothing on disk), then the real run, then a second run that must
+change nothing (idempotence). The assertions read the chroot's files and dpkg database.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from apt_fixture_repo import REPO_IN_ROOT, install_into
+from conftest import Overlay
+from infra import catalog
+from infra.bom import load_bom
+from infra.configure.extravars import LustreMount, configure_extravars
+from infra.configure.inventory import ChrootConnection, Node
+from infra.configure.nccl_env import nccl_env_for
+from infra.configure.runner import AnsibleConfigurator, Verdict
+
+pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
+
+OS = "ubuntu-22.04"
+CANARY = "gpufleet-canary-7f3a9c1e5b2d4086-munge-key"
+FSX = LustreMount("fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", "abcdefgh", "/fsx")
+
+
+def _extravars(bom):
+    ev = configure_extravars(bom, OS, catalog.get("p5.48xlarge"), lustre=FSX,
+                             munge_secret_id="gpufleet/dev/munge", region="us-east-1",
+                             live=False, enable_services=False)
+    local = f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./"
+    ev |= {
+        "nvidia_driver_apt_source": local, "nvidia_driver_repo_key_url": "",
+        "container_runtime_apt_source": local, "container_runtime_repo_key_url": "",
+        "lustre_client_apt_source": local, "lustre_client_repo_key_url": "",
+        "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
+        "container_runtime_generate_cdi": True,
+    }
+    return ev
+
+
+@pytest.fixture(scope="module")
+def applied(base_rootfs, collections_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("chroot-node")
+    bom = load_bom()
+    ov = Overlay(base_rootfs, tmp)
+    try:
+        root = ov.root
+        install_into(root, bom, OS, tmp)
+        (root / "srv/canary-secret.b64").write_text(base64.b64encode(CANARY.encode()).decode() + "\n")
+        for stub in ("nvidia-smi",):  # the driver package ships it; assert it came from there
+            assert not (root / "usr/bin" / stub).exists()
+        conf = AnsibleConfigurator(tmp / "state", collections=collections_dir)
+        nodes = [Node(slot="chroot-n1", address=str(root), groups=("slurm",))]
+        ev = _extravars(bom)
+        before = _snapshot(root)
+        check = conf.run(nodes, ChrootConnection(), ev, check=True, run_id="check")
+        after_check = _snapshot(root)
+        first = conf.run(nodes, ChrootConnection(), ev, run_id="apply")
+        second = conf.run(nodes, ChrootConnection(), ev, run_id="again")
+        yield {"root": root, "bom": bom, "check": check, "first": first, "second": second,
+               "state": tmp / "state", "check_touched": before != after_check}
+    finally:
+        ov.close()
+
+
+def _snapshot(root: Path) -> set[str]:
+    paths = ("etc/nccl.conf", "etc/gpufleet", "etc/containerd", "etc/cdi", "etc/munge/munge.key",
+             "opt/amazon", "etc/security/limits.d/90-gpufleet-efa.conf")
+    return {p for p in paths if (root / p).exists()}
+
+
+def _chroot(root: Path, *argv: str) -> str:
+    return subprocess.run(["chroot", str(root), *argv], check=True, capture_output=True, text=True).stdout
+
+
+def test_check_mode_run_succeeds_and_writes_nothing(applied):
+    r = applied["check"].hosts["chroot-n1"]
+    assert r.verdict is Verdict.OK, r
+    assert not applied["check_touched"]
+
+
+def test_first_run_applies_every_role(applied):
+    r = applied["first"].hosts["chroot-n1"]
+    assert r.verdict is Verdict.OK, r
+    assert r.changed, "a first run on a bare rootfs must change something"
+
+
+def test_second_run_changes_nothing(applied):
+    r = applied["second"].hosts["chroot-n1"]
+    assert r.verdict is Verdict.OK, r
+    assert r.changed == (), f"not idempotent: {r.changed}"
+
+
+def test_packages_installed_at_pinned_versions_and_held(applied):
+    root, bom = applied["root"], applied["bom"]
+    v = bom.component_versions(OS)
+    listing = _chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\n")
+    installed = {line.split()[0]: line.split()[1] for line in listing.splitlines()
+                 if line.split()[2] in ("ii", "hi")}
+    assert installed["nvidia-driver-570-open"] == f"{v['nvidia_driver']}-0ubuntu1"  # not the 570.999 decoy
+    assert installed["nvidia-fabricmanager-570"].startswith(v["fabric_manager"])  # p5 is an NVSwitch SKU
+    assert installed["libnccl2"].startswith(v["nccl"] + "-")
+    assert installed["datacenter-gpu-manager-4-core"] == f"1:{v['dcgm']}-1"
+    assert installed["nvidia-container-toolkit"].startswith(v["nvidia_container_toolkit"])
+    assert installed["lustre-client-utils"].startswith(v["lustre_client"])
+    holds = {l.split()[0] for l in _chroot(root, "dpkg", "--get-selections").splitlines() if l.split()[1] == "hold"}
+    for pkg in ("nvidia-driver-570-open", "nvidia-fabricmanager-570", "cuda-toolkit-12-8", "libnccl2",
+                "datacenter-gpu-manager-4-core", "containerd", "nvidia-container-toolkit",
+                "lustre-client-utils", "libgdrapi"):
+        assert pkg in holds, f"{pkg} not held"
+
+
+def test_rendered_configuration(applied):
+    root, bom = applied["root"], applied["bom"]
+    env = nccl_env_for(bom)
+    conf_lines = [l for l in (root / "etc/nccl.conf").read_text().splitlines() if not l.startswith("#")]
+    assert conf_lines == [f"{k}={v}" for k, v in env.nccl_conf.items()]
+    env_text = (root / "etc/gpufleet/nccl.env").read_text()
+    assert bom.digest() in env_text
+    assert [l for l in env_text.splitlines() if not l.startswith("#")] == [f"{k}={v}" for k, v in env.job_env.items()]
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env_text and "FI_PROVIDER" not in env_text
+    assert "memlock    unlimited" in (root / "etc/security/limits.d/90-gpufleet-efa.conf").read_text()
+    assert (root / "etc/modules-load.d/gpufleet-efa.conf").read_text() == "efa\n"
+    assert 'default_runtime_name = "nvidia"' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
+    assert "kind: nvidia.com/gpu" in (root / "etc/cdi/nvidia.yaml").read_text()
+    fstab = [l for l in (root / "etc/fstab").read_text().splitlines() if " lustre " in l]
+    assert fstab == [f"{FSX.dns_name}@tcp:/{FSX.mount_name} /fsx lustre "
+                     "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service 0 0"]
+    assert (root / "fsx").is_dir()
+    key = root / "etc/munge/munge.key"
+    assert key.read_text() == CANARY and oct(key.stat().st_mode & 0o777) == "0o600"
+
+
+def test_node_facts_report_installed_versions(applied):
+    root, bom = applied["root"], applied["bom"]
+    fact = json.loads(_chroot(root, "/etc/ansible/facts.d/gpufleet.fact"))
+    want = bom.component_versions(OS)
+    got = fact["versions"]
+    assert set(got) == set(want)
+    for key in set(want) - {"kernel", "kubelet", "slurm"}:
+        assert got[key] == want[key], key
+    assert got["kubelet"] is None and got["slurm"] is None  # not installed in this rootfs
+    assert fact["inventory"]["gpu_count"] == 8
+    assert fact["inventory"]["gpu_models"] == ["NVIDIA H100 80GB HBM3"]
+
+
+def test_canary_secret_in_no_runner_artifact(applied):
+    needles = [CANARY.encode(), base64.b64encode(CANARY.encode())]
+    scanned = 0
+    for path in Path(applied["state"]).rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            scanned += 1
+            assert not any(n in data for n in needles), f"secret leaked into {path}"
+    assert scanned > 20  # job events of three runs were really there to scan
