@@ -10,6 +10,7 @@ slow relative to identical siblings measured in the same window (research sectio
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Mapping
 
@@ -80,7 +81,8 @@ def check_efa_used(net: NcclNet | None, check_id: str = "efa.nccl_net", file_nam
     rref, expected = "gates-research.md (a) #36", "Using network (AWS) Libfabric, Selected provider efa"
     if net is None:
         return CheckResult(check_id=check_id, severity="Q", measured="not collected", expected=expected, verdict=R,
-                           reason_code="missing-nccl-net-log", message=f"{file_name} was not collected",
+                           reason_code=re.sub(r"[^A-Za-z0-9._-]", "-", "missing-" + file_name.rsplit(".", 1)[0])[:63],
+                           message=f"{file_name} was not collected",
                            research_ref=rref)
     measured = f"network {net.network}, provider {net.provider}, nics {net.nics}"
     if net.efa_used:

@@ -1,0 +1,139 @@
+"""`gpufleet gate DIR` through click's CliRunner; bundles on disk; the preflight playbook."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from infra.cli import main
+from infra.gates import bundle as B, synth
+from infra.gates.admission import AdmissionRecord
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp: Path, specs) -> Path:
+    d = tmp / "bundles"
+    for s in specs:
+        synth.write_node(d / s.slot, s)
+    return d
+
+
+def _bom(tmp: Path) -> Path:
+    p = tmp / "bom.json"
+    p.write_text(json.dumps(synth.DEFAULT_VERSIONS))
+    return p
+
+
+def test_gate_all_healthy_exit_0(tmp_path):
+    d = _write(tmp_path, [synth.NodeSpec(slot=f"n{i}") for i in range(3)])
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["gate", str(d), "--bom-versions", str(_bom(tmp_path)), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "3 node(s): 3 admit, 0 retest, 0 quarantine" in r.output
+    rec = AdmissionRecord.model_validate_json((out / "n0.json").read_text())
+    assert rec.verdict.value == "PASS" and rec.bom_digest.startswith("sha256:") and rec.busbw.intra_node_gbs == 480.0
+    assert rec.instance_id == "i-0123456789abcdef0" and rec.schema_version == 1 and rec.gpufleet_version
+    suite = ET.parse(out / "junit.xml").getroot()
+    cases = suite.findall(".//testcase")
+    assert len(cases) == sum(len(AdmissionRecord.model_validate_json((out / f"n{i}.json").read_text()).checks)
+                             for i in range(3))
+    assert not suite.findall(".//failure")
+
+
+def test_gate_quarantine_exit_3_with_junit_failures(tmp_path):
+    specs = [synth.NodeSpec(slot="good"), synth.NodeSpec(slot="bad", xids=(79,), faults=frozenset({"efa_missing"})),
+             synth.NodeSpec(slot="retest", faults=frozenset({"remap_pending"}))]
+    d = _write(tmp_path, specs)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["gate", str(d), "--out", str(out), "--json"])
+    assert r.exit_code == 3, r.output
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    assert records["bad"]["action"] == "quarantine" and records["bad"]["reason_codes"][0] == "xid-79"
+    assert records["retest"]["action"] == "retest" and records["good"]["action"] == "admit"
+    failures = ET.parse(out / "junit.xml").getroot().findall(".//failure")
+    assert {f.get("type") for f in failures} == {"QUARANTINE", "REMEDIATE"}
+    assert any("xid-79" in f.get("message") for f in failures)
+
+
+def test_gate_missing_or_empty_dir_exit_2(tmp_path):
+    r = CliRunner().invoke(main, ["gate", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "nope" in r.output
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(main, ["gate", str(tmp_path / "empty")])
+    assert r.exit_code == 2 and "no node bundle" in r.output
+    bad = tmp_path / "bom.yaml"
+    bad.write_text("- a list\n")
+    d = _write(tmp_path, [synth.NodeSpec(slot="n0")])
+    assert CliRunner().invoke(main, ["gate", str(d), "--bom-versions", str(bad)]).exit_code == 2
+    assert CliRunner().invoke(main, ["gate", str(d), "--instance-type", "p9.huge"]).exit_code == 2
+
+
+def test_bundle_round_trip_and_not_collected(tmp_path):
+    spec = synth.NodeSpec(slot="n0")
+    files = synth.node_files(spec)
+    del files[B.DCGM_DIAG]
+    m = synth.manifest(spec, {**files, B.DCGM_DIAG: ""})
+    B.write_bundle(tmp_path / "n0", files, m)
+    b = B.read_bundle(tmp_path / "n0")
+    assert b.slot == "n0" and b.problems == ()
+    got = b.get(B.NVLINK_S)
+    assert got.collected and got.exit_code == 0 and got.record.command == "nvidia-smi nvlink -s"
+    missing = b.get(B.DCGM_DIAG)
+    assert not missing.collected and missing.reason == "listed in the manifest but missing"
+    assert b.get(B.TOPO_M).collected and not b.get("never.txt").collected
+    with pytest.raises(ValueError):
+        B.write_bundle(tmp_path / "x", {"../evil": "x"}, m)
+
+
+def test_bundle_without_manifest_or_with_newer_format(tmp_path):
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / B.FABRICMANAGER).write_text("active\n")
+    b = B.read_bundle(tmp_path / "n1")
+    assert b.slot == "n1" and "manifest.json missing" in b.problems
+    (tmp_path / "n2").mkdir()
+    (tmp_path / "n2" / B.MANIFEST).write_text(json.dumps({"format_version": 9, "slot": "n2", "new_field": 1}))
+    b2 = B.read_bundle(tmp_path / "n2")
+    assert b2.slot == "n2" and "newer" in b2.problems[0]
+    (tmp_path / "n3").mkdir()
+    with pytest.raises(B.BundleError):
+        B.read_bundle(tmp_path / "n3")
+    assert [p.name for p in B.find_bundles(tmp_path)] == ["n1", "n2"]
+
+
+def test_preflight_playbook_syntax_check():
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    if not exe.exists():
+        exe = shutil.which("ansible-playbook")
+    assert exe, "ansible-core is a project dependency"
+    res = subprocess.run([str(exe), "--syntax-check", "-i", "localhost,", str(REPO / "playbooks" / "preflight.yml")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_preflight_playbook_collects_a_gateable_bundle_on_localhost(tmp_path):
+    """Run the real play against localhost: tools are missing here, every failure is recorded,
+    the fetched bundle reads back and gates without crashing."""
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    res = subprocess.run(
+        [str(exe), "-i", "localhost,", "-c", "local", str(REPO / "playbooks" / "preflight.yml"),
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", "gpufleet_become=false",
+         "-e", f"gpufleet_bundle_dir={tmp_path}/bundles", "-e", f"gpufleet_remote_bundle_dir={tmp_path}/remote",
+         "-e", "gpufleet_instance_type=p5.48xlarge"],
+        capture_output=True, text=True, timeout=300, env={"ANSIBLE_LOCALHOST_WARNING": "0", "PATH": "/usr/bin:/bin",
+                                                          "HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    b = B.read_bundle(tmp_path / "bundles" / "localhost")
+    assert b.problems == () and b.manifest.collected_by == "preflight.yml"
+    assert set(b.manifest.files) >= {B.QUERY_GPU, B.DCGM_DIAG, B.NCCL_INTRA, B.VERSIONS}
+    rec = b.manifest.files[B.DCGM_DIAG]
+    assert rec.command == "dcgmi diag -r 2 -j" and rec.started is not None and rec.ended >= rec.started
+    r = CliRunner().invoke(main, ["gate", str(tmp_path / "bundles"), "--json"])
+    assert r.exit_code in (0, 3), r.output  # decided, not crashed
