@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
@@ -134,7 +135,8 @@ class AnsibleConfigurator:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "ANSIBLE_ROLES_PATH": str(self.playbook_dir / "roles"),
             "ANSIBLE_COLLECTIONS_PATH": str(self.collections),
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(pdd / "cp"),  # never reuse another run's master
+            # never reuse another run's ssh master (a stale one hangs); short path: sockets max 108 chars
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(Path(tempfile.gettempdir()) / f"gf-cp-{pdd.name}"),
             "ANSIBLE_TASK_TIMEOUT": str(self.task_timeout_s),
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_NOCOLOR": "True",
@@ -152,7 +154,7 @@ class AnsibleConfigurator:
         nodes = list(nodes)
         run_id = run_id or uuid.uuid4().hex[:12]
         pdd = self.state_dir / "runner" / run_id
-        (pdd / "cp").mkdir(parents=True, exist_ok=True)
+        pdd.mkdir(parents=True, exist_ok=True)
         collector = _Collector(on_progress)
         cmdline = "--check --diff" if check else None
         runner = self.backend(
