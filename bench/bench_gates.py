@@ -1,0 +1,90 @@
+"""Benchmark the gates: parse + decide 1,250 nodes' bundles, and isolation vs naive all-pairs.
+
+Run: python bench/bench_gates.py [--nodes 1250]. Prints figures and ratios measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.gates import bundle as B, synth  # noqa: E402
+from infra.gates.evaluate import gate_cohort  # noqa: E402
+from infra.gates.isolation import isolate  # noqa: E402
+from infra.gates.settings import GateSettings  # noqa: E402
+
+FAULTS = sorted(synth.FAULTS)
+
+
+def make_bundles(root: Path, n: int, fault_rate: float = 0.03, seed: int = 7) -> list[Path]:
+    rng = random.Random(seed)
+    for i in range(n):
+        faults = frozenset({rng.choice(FAULTS)}) if rng.random() < fault_rate else frozenset()
+        xids = (rng.choice((79, 48, 119, 13)),) if rng.random() < fault_rate / 2 else ()
+        synth.write_node(root / f"node-{i:04d}", synth.NodeSpec(slot=f"node-{i:04d}", faults=faults, xids=xids,
+                                                               intra_busbw=rng.gauss(480, 4)))
+    return B.find_bundles(root)
+
+
+def gate_folder(root: Path) -> tuple[float, float, int, int]:
+    """(read seconds, decide seconds, nodes, quarantined)."""
+    t0 = time.perf_counter()
+    bundles = [B.read_bundle(p) for p in B.find_bundles(root)]
+    t1 = time.perf_counter()
+    records = gate_cohort(bundles, GateSettings(expected_versions=synth.DEFAULT_VERSIONS))
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, len(records), sum(1 for r in records if r.action.value == "quarantine")
+
+
+def isolation_vs_all_pairs(n: int, bad: int, links: int, seed: int = 11) -> dict[str, float]:
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(n)]
+    bad = min(bad, n // 8)
+    bad_set = set(rng.sample(nodes, bad))
+    healthy = [x for x in nodes if x not in bad_set]
+    rng.shuffle(healthy)
+    link_set = {tuple(sorted((healthy[2 * k], healthy[2 * k + 1]))) for k in range(min(links, len(healthy) // 2))}
+
+    def fabric(groups):
+        out = []
+        for g in groups:
+            adj = [tuple(sorted((g[i], g[(i + 1) % len(g)]))) for i in range(len(g))] if len(g) > 2 else [tuple(sorted(g))]
+            out.append(120.0 if set(g) & bad_set or any(a in link_set for a in adj) else 400.0)
+        return out
+
+    r = isolate(nodes, ["a0", "a1"], fabric, 330.0)
+    assert set(r.quarantined) == bad_set
+    naive_runs = n * (n - 1) // 2
+    naive_rounds = n - 1 if n % 2 == 0 else n  # round-robin tournament
+    return {"nodes": n, "rounds": len(r.rounds), "runs": r.runs, "naive_rounds": naive_rounds, "naive_runs": naive_runs,
+            "rounds_ratio": naive_rounds / len(r.rounds), "runs_ratio": naive_runs / r.runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1250)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        make_bundles(Path(tmp), args.nodes)
+        gen = time.perf_counter() - t
+        read_s, decide_s, n, q = gate_folder(Path(tmp))
+    print(f"bundles: generated {n} in {gen:.2f} s")
+    print(f"gate {n} nodes: read {read_s:.3f} s + parse/decide {decide_s:.3f} s = {read_s + decide_s:.3f} s "
+          f"(target <= 1 s; {(read_s + decide_s) / 1.0:.2f}x of target); quarantined {q}")
+    for nb, nl in ((0, 0), (5, 2), (25, 5)):
+        f = isolation_vs_all_pairs(args.nodes, nb, nl)
+        print(f"isolation n={f['nodes']} bad={nb} links={nl}: {f['rounds']} rounds / {f['runs']} runs vs all-pairs "
+              f"{f['naive_rounds']} rounds / {f['naive_runs']} runs -> {f['rounds_ratio']:.0f}x fewer rounds, "
+              f"{f['runs_ratio']:.0f}x fewer runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
