@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import hcl2
 import pytest
 
 from infra import catalog
@@ -143,6 +142,7 @@ def _unq(value):
 
 
 def test_packer_invocation_matches_the_template(tmp_path):
+    hcl2 = pytest.importorskip("hcl2", reason="python-hcl2 parses the Packer template (test extra)")
     spec = load_stack("dev")
     bom = load_bom()
     argv = packer_invocation(spec, bom, extravars_file=tmp_path / "ev.json")

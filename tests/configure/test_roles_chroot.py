@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from apt_fixture_repo import REPO_IN_ROOT, install_into
-from conftest import Overlay
+from configure_host import Overlay
 from infra import catalog
 from infra.bom import load_bom
 from infra.configure.extravars import LustreMount, configure_extravars
@@ -151,7 +151,26 @@ def test_node_facts_report_installed_versions(applied):
     assert fact["inventory"]["gpu_models"] == ["NVIDIA H100 80GB HBM3"]
 
 
+def _events(run):
+    for path in sorted((run.private_data_dir / "artifacts" / "run" / "job_events").glob("*.json")):
+        yield json.loads(path.read_text())
+
+
+def test_node_facts_reach_ansible(applied):
+    want = applied["bom"].component_versions(OS)
+    [res] = [e["event_data"]["res"] for e in _events(applied["first"])
+             if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Report installed versions"]
+    got = res["ansible_local.gpufleet.versions"]
+    assert got["nvidia_driver"] == want["nvidia_driver"] and got["libfabric"] == want["libfabric"]
+    assert got["efa_installer"] == want["efa_installer"] and got["aws_ofi_nccl"] == want["aws_ofi_nccl"]
+
+
 def test_canary_secret_in_no_runner_artifact(applied):
+    # the task that touches the secret is no_log: its result is censored in every run
+    censored = [e for e in _events(applied["first"])
+                if e["event_data"].get("task") == "Install the munge key from Secrets Manager"
+                and e.get("event") == "runner_on_ok"]
+    assert censored and all(e["event_data"]["res"].get("censored") for e in censored)
     needles = [CANARY.encode(), base64.b64encode(CANARY.encode())]
     scanned = 0
     for path in Path(applied["state"]).rglob("*"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ensure_system_packages, require_root
+from configure_host import ensure_system_packages, require_root
 from infra.configure.inventory import Node, SshConnection
 from infra.configure.runner import AnsibleConfigurator, Verdict
 
