@@ -18,12 +18,33 @@ _NUM_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+(?:\([a-z]+\))?)$")
 RANK_PREFIX = re.compile(r"^(?:\s*\d+:\s?|\[\d+,\d+\]<std(?:out|err)>:)")
 
 
+# Line boundaries str.splitlines() knows besides '\n'. A text without them splits into the same
+# lines under re.MULTILINE ('^'/'$' at '\n'), so a whole-text regex may replace a per-line loop.
+_ODD_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def plain_lines(text: str) -> bool:
+    """True when '\n' is the only line boundary in text (then '\n'-based regexes see splitlines()' lines)."""
+    if text.isascii():  # the usual case: a few memchr scans instead of a character-class search
+        return not ("\r" in text or "\x0b" in text or "\x0c" in text or "\x1c" in text or "\x1d" in text
+                    or "\x1e" in text)
+    return _ODD_LINE_BREAKS.search(text) is None
+
+
 class ParseModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def strip_unit(value: str) -> str:
     """'81559 MiB' -> '81559'; '700.00 W' -> '700.00'; other text unchanged."""
+    # Cheap exits first (this runs on every CSV cell): the pattern needs a leading '-' or digit
+    # and a trailing unit letter, '%', '/', ')' or newline, so a value ending in a digit or
+    # starting with a letter cannot match. isdigit() is a superset of \d, so nothing is skipped wrongly.
+    if not value:
+        return value
+    c = value[0]
+    if (c != "-" and not c.isdigit()) or value[-1].isdigit():
+        return value
     m = _NUM_UNIT.match(value)
     return m.group(1) if m else value
 
@@ -31,8 +52,16 @@ def strip_unit(value: str) -> str:
 def to_float(value: str | None) -> float | None:
     if value is None:
         return None
+    v = value.strip()
     try:
-        return float(strip_unit(value.strip()))
+        # A string float() accepts never matches the number+unit pattern (that needs trailing
+        # unit letters, which float() rejects apart from 'inf'/'nan' with no digits before them),
+        # so trying float() first gives the same answer as strip_unit() then float().
+        return float(v)
+    except ValueError:
+        pass
+    try:
+        return float(strip_unit(v))
     except ValueError:
         return None
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 
-from infra.gates.parsers.common import ParseModel
+from infra.gates.parsers.common import ParseModel, plain_lines
 
-_KV = re.compile(r"^\s*([\w ]+?):\s*(.*?)\s*$")
 _FI_ERR = re.compile(r"fi_getinfo:\s*(-?\d+)")
 
 
@@ -31,40 +30,89 @@ class FiInfo(ParseModel):
         return bool(self.efa_rdm_domains) and self.error_code is None
 
 
+_STEM_SUFFIXES = ("-rdm", "-dgrm", "-dgram", "-rxd")
+_stems: dict[str, str] = {}  # domain -> stem; a fleet has few distinct domain names
+
+
 def _stem(domain: str) -> str:
-    return re.sub(r"-(rdm|dgrm|dgram|rxd)$", "", domain.strip())
+    """'rdmap16s27-rdm' -> 'rdmap16s27'; 'efa_0-dgrm' -> 'efa_0' (one suffix, at the end)."""
+    stem = _stems.get(domain)
+    if stem is None:
+        stem = d = domain.strip()
+        for suffix in _STEM_SUFFIXES:
+            if d.endswith(suffix):
+                stem = d[:-len(suffix)]
+                break
+        if len(_stems) < 4096:
+            _stems[domain] = stem
+    return stem
+
+
+_WANTED = frozenset({"provider", "domain", "type"})
+
+
+# The wanted `key: value` lines in one pass over "\n" + text ([^\S\n] = whitespace within a line);
+# starting at a literal '\n' lets the regex engine skip from line to line.
+_WANTED_KV = re.compile(r"\n[^\S\n]*(provider|domain|type) *:([^\n]*)")
+
+
+def _wanted_pairs(text: str) -> list[tuple[str, str]]:
+    """(key, raw value) of the provider/domain/type lines, in order; values still need strip()."""
+    if plain_lines(text):
+        return _WANTED_KV.findall("\n" + text)
+    pairs = []
+    for line in text.splitlines():
+        head, sep, value = line.partition(":")
+        if sep:
+            key = head.lstrip().rstrip(" ")  # any indentation; only spaces between key and ':'
+            if key in _WANTED:
+                pairs.append((key, value))
+    return pairs
 
 
 def parse_fi_info(text: str) -> FiInfo:
-    blocks: list[dict[str, str]] = []
-    cur: dict[str, str] | None = None
+    """Blocks start at `provider:`; within a block the first `domain:` and `type:` count.
+
+    A line is `<indentation><key><spaces>: <value>`. Why no per-line loop: a p5 prints 64 blocks
+    (32 devices x 2 fabrics, 6 lines each) and this runs once per node; one regex picks the
+    three keys the result uses (the same lines the former per-line `^\s*([\w ]+?):\s*(.*?)\s*$`
+    read for them; tests/gates/test_parsers_fast.py compares the two on fixtures and mutations).
+    """
+    entries = 0
     problems: list[str] = []
-    err = _FI_ERR.search(text)
-    for line in text.splitlines():
-        m = _KV.match(line)
-        if not m:
-            continue
-        key, value = m.group(1).strip(), m.group(2)
-        if key == "provider":
-            cur = {"provider": value}
-            blocks.append(cur)
-        elif cur is not None:
-            cur.setdefault(key, value)
     rdm: dict[str, None] = {}
     anyd: dict[str, None] = {}
-    for b in blocks:
-        if b.get("provider") != "efa":  # "efa;ofi_rxd" is a utility layer, not a device
-            continue
-        dom = b.get("domain")
+    prov = dom = typ = None
+
+    def close() -> None:  # one provider block: count efa devices by domain stem
+        if prov != "efa":  # "efa;ofi_rxd" is a utility layer, not a device
+            return
         if not dom:
             problems.append("efa provider block without a domain line")
-            continue
-        anyd[_stem(dom)] = None
-        if b.get("type", "FI_EP_RDM") == "FI_EP_RDM":
-            rdm[_stem(dom)] = None
+            return
+        stem = _stem(dom)
+        anyd[stem] = None
+        if (typ if typ is not None else "FI_EP_RDM") == "FI_EP_RDM":
+            rdm[stem] = None
+
+    for key, value in _wanted_pairs(text):
+        if key == "provider":
+            if entries:
+                close()
+            entries += 1
+            prov, dom, typ = value.strip(), None, None
+        elif entries:  # the first domain / type line of the block counts
+            if key == "domain":
+                if dom is None:
+                    dom = value.strip()
+            elif typ is None:
+                typ = value.strip()
+    if entries:
+        close()
+    err = _FI_ERR.search(text) if "fi_getinfo" in text else None
     if "command not found" in text or "No such file" in text:
         problems.append("fi_info is not installed")
-    return FiInfo(entries=len(blocks), efa_rdm_domains=tuple(rdm), efa_any_domains=tuple(anyd),
+    return FiInfo(entries=entries, efa_rdm_domains=tuple(rdm), efa_any_domains=tuple(anyd),
                   error_code=int(err.group(1)) if err else None, problems=tuple(problems))
 
 
@@ -77,5 +125,15 @@ class Lspci(ParseModel):
 
 
 def parse_lspci(text: str) -> Lspci:
-    addrs = [ln.split()[0] for ln in text.splitlines() if ln.strip() and _LSPCI_EFA.search(ln)]
+    if text.isascii():
+        # For ASCII text, IGNORECASE 'Elastic Fabric Adapter' is a lower-case substring test; only
+        # the '1d0f:efaX' alternative needs the regex (word boundaries).
+        low = text.lower()
+        if "elastic fabric adapter" not in low and "1d0f:efa" not in low:
+            return Lspci(efa_devices=0)
+        addrs = [ln.split()[0] for ln in text.splitlines()
+                 if ln.strip() and ("elastic fabric adapter" in (lo := ln.lower())
+                                    or ("1d0f:efa" in lo and _LSPCI_EFA.search(ln)))]
+    else:
+        addrs = [ln.split()[0] for ln in text.splitlines() if ln.strip() and _LSPCI_EFA.search(ln)]
     return Lspci(efa_devices=len(addrs), addresses=tuple(addrs))

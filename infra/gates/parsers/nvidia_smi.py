@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import re
 
-from infra.gates.parsers.common import ERROR_SENTINELS, NA_SENTINELS, ParseModel, strip_unit, to_float, to_int, yes_no
+from infra.gates.parsers.common import (ERROR_SENTINELS, NA_SENTINELS, ParseModel, plain_lines, strip_unit, to_float,
+                                        to_int, yes_no)
 
 # ---------------------------------------------------------------- --query-gpu / --query-remapped-rows
 
@@ -223,7 +224,85 @@ class NvlinkStatus(ParseModel):
     problems: tuple[str, ...] = ()
 
 
+_link_speeds: dict[str, float | None] = {}  # 'Link N:' value text -> GB/s; few distinct texts per fleet
+
+
+def _link_speed(value: str) -> float | None:
+    try:
+        return _link_speeds[value]
+    except KeyError:
+        speed = to_float(value.replace("GB/s", "").strip()) if "GB/s" in value else None
+        if len(_link_speeds) < 4096:
+            _link_speeds[value] = speed
+        return speed
+
+
+# Whole-text views for the usual shape ('\n'-only line breaks): GPU header lines split the text
+# into sections, and one findall per section reads its `Link j: v` lines (v up to its last
+# non-blank character, as `(.+?)\s*$` reads it).
+_NVL_HEADER_LINE = re.compile(r"\n[^\S\n]*(GPU [^\n]*)")
+_NVL_LINK_LINE = re.compile(r"\n[^\S\n]*Link (\d+): ([^\n]*\S)")
+_NONBLANK_LINE = re.compile(r"\n[^\S\n]*\S")
+
+
 def parse_nvlink_status(text: str) -> NvlinkStatus:
+    """`GPU i: <name> (UUID: ...)` headers, each followed by `Link j: <speed> GB/s` or `<inactive>`.
+
+    Why two paths: 8 GPUs x 18 links per node. The usual text is read section by section with
+    C-level regex scans; a section with any line that is not a `Link j: v` line (or text with
+    unusual line breaks) sends the whole text to the line-by-line reader, which is the reference.
+    """
+    if plain_lines(text):
+        fast = _nvlink_sections(text)
+        if fast is not None:
+            return fast
+    return _parse_nvlink_lines(text)
+
+
+# Section body (the `Link j: v` lines under one GPU header, no UUID in it) -> (links, unreadable
+# (link, value) pairs), or None when the body has other lines. Healthy GPUs of one SKU print the
+# same body, so a fleet has few distinct ones; bounded all the same.
+_bodies: dict[str, tuple[dict[int, float | None], tuple[tuple[str, str], ...]] | None] = {}
+
+
+def _nvlink_body(body: str) -> tuple[dict[int, float | None], tuple[tuple[str, str], ...]] | None:
+    try:
+        return _bodies[body]
+    except KeyError:
+        pass
+    found = _NVL_LINK_LINE.findall(body)
+    parsed: tuple[dict[int, float | None], tuple[tuple[str, str], ...]] | None = None
+    if len(found) == len(_NONBLANK_LINE.findall(body)):  # else a line that is not `Link j: v`
+        speeds = [_link_speed(v) for _, v in found]
+        bad = tuple((n, v) for (n, v), sp in zip(found, speeds) if sp is None and "inactive" not in v.lower())
+        parsed = ({int(n): sp for (n, _), sp in zip(found, speeds)}, bad)
+    if len(_bodies) < 1024:
+        _bodies[body] = parsed
+    return parsed
+
+
+def _nvlink_sections(text: str) -> NvlinkStatus | None:
+    parts = _NVL_HEADER_LINE.split("\n" + text)
+    if len(parts) < 3 or parts[0].strip():
+        return None  # no GPU line, or lines before the first one: the line reader reports them
+    gpus: list[NvlinkGpu] = []
+    problems: list[str] = []
+    for k in range(1, len(parts), 2):
+        m = _NVL_GPU.match(parts[k].strip())
+        if m is None:
+            return None
+        parsed = _nvlink_body(parts[k + 1])
+        if parsed is None:
+            return None
+        links, bad = parsed
+        index = int(m.group(1))
+        if bad:
+            problems.extend(f"GPU {index} link {n}: unreadable {v!r}" for n, v in bad)
+        gpus.append(NvlinkGpu(index=index, name=m.group(2), links=dict(links)))
+    return NvlinkStatus(gpus=tuple(gpus), problems=tuple(problems))
+
+
+def _parse_nvlink_lines(text: str) -> NvlinkStatus:
     gpus: list[NvlinkGpu] = []
     cur: tuple[int, str, dict[int, float | None]] | None = None
     unparsed: list[str] = []
@@ -240,7 +319,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
         m = _NVL_LINK.match(line)
         if m and cur is not None:
             value = m.group(2)
-            speed = to_float(value.replace("GB/s", "").strip()) if "GB/s" in value else None
+            speed = _link_speed(value)
             if speed is None and "inactive" not in value.lower():
                 problems.append(f"GPU {cur[0]} link {m.group(1)}: unreadable {value!r}")
             cur[2][int(m.group(1))] = speed
