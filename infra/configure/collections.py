@@ -64,3 +64,7 @@ def _download_wheel(wheel_dir: Path, version: str) -> Path:
     if proc.returncode != 0 or not found:
         raise ExternalCommandFailed("pip download ansible", proc.stderr.strip()[-2000:] or "no wheel")
     return found[0]
+
+
+if __name__ == "__main__":  # `python -m infra.configure.collections`: warm the cache (CI setup)
+    print(ensure_collections())

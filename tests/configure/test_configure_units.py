@@ -148,7 +148,7 @@ def test_packer_invocation_matches_the_template(tmp_path):
     argv = packer_invocation(spec, bom, extravars_file=tmp_path / "ev.json")
     assert argv[:2] == ["packer", "build"] and argv[-1] == str(TEMPLATE)
     passed = dict(a.split("=", 1) for a in argv[3:-1:2])
-    tpl = hcl2.load(TEMPLATE.open())
+    tpl = hcl2.loads(TEMPLATE.read_text())
     declared = {_unq(k): v for block in tpl["variable"] for k, v in block.items()}
     required = {k for k, v in declared.items() if "default" not in v}
     assert required <= set(passed) <= set(declared)
