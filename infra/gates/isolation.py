@@ -31,6 +31,8 @@ class IsolationResult(BaseModel):
     unresolved: tuple[str, ...] = ()  # suspects with no known-good partner left to test against
     rounds: tuple[tuple[Group, ...], ...] = ()  # the schedule that was run, round by round
     busbw: dict[str, float] = Field(default_factory=dict)  # "a+b+c" -> busbw
+    floor: float | None = None  # the pair gate this run used (GB/s)
+    ring_floor: float | None = None  # the ring gate this run used (GB/s)
 
     @property
     def runs(self) -> int:
@@ -39,6 +41,54 @@ class IsolationResult(BaseModel):
     @property
     def escalations(self) -> tuple[Group, ...]:
         return tuple(self.link_faults) + tuple(self.ring_faults)
+
+
+class NodeIsolation(BaseModel):
+    """One batch node's share of an isolation run: its figures and the network gate's verdict.
+
+    Why per node: the admission record is per node (admission.with_multinode folds this in);
+    link and ring faults stay batch-level (`IsolationResult.escalations`), quarantining nobody.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    pair_gbs: dict[str, float] = Field(default_factory=dict)  # partner -> busbw of the last pair run with it
+    ring_gbs: dict[str, float] = Field(default_factory=dict)  # "ring:r<round>:<n>nodes" -> busbw (groups of >= 3)
+    outcome: str  # "admitted", "quarantined", "unresolved"
+    reason_code: str | None = None  # the quarantine code (efa-pair-fail, ring-underperform) or multinode-unresolved
+    floor: float | None = None
+    ring_floor: float | None = None
+
+
+def node_isolation(result: IsolationResult, node: str) -> NodeIsolation:
+    """The node's figures from the schedule that ran (`rounds` + `busbw`) and its outcome.
+
+    Raises KeyError for a node that was not in the batch (nothing to fold in)."""
+    if node in result.quarantined:
+        outcome, code = "quarantined", result.quarantined[node]
+    elif node in result.unresolved:
+        outcome, code = "unresolved", "multinode-unresolved"
+    elif node in result.good:
+        outcome, code = "admitted", None
+    else:
+        raise KeyError(f"{node} was not in this isolation batch")
+    pairs: dict[str, float] = {}
+    rings: dict[str, float] = {}
+    for i, groups in enumerate(result.rounds, start=1):
+        for g in groups:
+            if node not in g:
+                continue
+            v = result.busbw.get("+".join(g))
+            if v is None:
+                continue
+            if len(g) == 2:
+                pairs[g[1] if g[0] == node else g[0]] = v
+            else:
+                rings[f"ring:r{i}:{len(g)}nodes"] = v
+            break  # groups of one round are disjoint
+    return NodeIsolation(node=node, pair_gbs=pairs, ring_gbs=rings, outcome=outcome, reason_code=code,
+                         floor=result.floor, ring_floor=result.ring_floor)
 
 
 class _Runner:
@@ -189,7 +239,7 @@ def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, 
     return IsolationResult(
         good=tuple(n for n in batch if n in good_set and n not in quarantined), quarantined=quarantined,
         link_faults=tuple(link_faults), ring_faults=tuple(ring_faults), unresolved=tuple(unresolved),
-        rounds=tuple(run.rounds), busbw=run.busbw)
+        rounds=tuple(run.rounds), busbw=run.busbw, floor=floor, ring_floor=ring_floor)
 
 
 def _bisect(nodes: list[str], admitted: list[str], run: _Runner, avoid: set[tuple[str, str]],

@@ -71,7 +71,7 @@ def _wanted_pairs(text: str) -> list[tuple[str, str]]:
 
 
 def parse_fi_info(text: str) -> FiInfo:
-    """Blocks start at `provider:`; within a block the first `domain:` and `type:` count.
+    r"""Blocks start at `provider:`; within a block the first `domain:` and `type:` count.
 
     A line is `<indentation><key><spaces>: <value>`. Why no per-line loop: a p5 prints 64 blocks
     (32 devices x 2 fabrics, 6 lines each) and this runs once per node; one regex picks the
