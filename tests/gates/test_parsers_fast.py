@@ -1,0 +1,102 @@
+"""The fast parser paths read exactly what the per-line reference parsers read.
+
+Why a differential test: the fast paths (whole-text regexes, str.partition, caches) exist only
+for speed (bench/bench_gates.py); tolerance of format drift must not change. Inputs: the real
+captures, our fixtures, synthetic nodes with every fault, and mutations of each (CRLF, tabs,
+indentation, trailing blanks, spaces before ':', odd lines, unicode, truncation).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from infra.gates import synth
+from infra.gates.parsers import common, efa, nvidia_smi
+from tests.gates import _reference_parsers as ref
+from tests.gates.conftest import OWN, REAL
+
+
+def _texts(glob_words: tuple[str, ...], make) -> list[str]:
+    out = []
+    for root in (REAL, OWN):
+        if root.is_dir():
+            out += [p.read_text(encoding="utf-8") for p in sorted(root.iterdir())
+                    if p.is_file() and any(w in p.name for w in glob_words)]
+    for f in sorted(synth.FAULTS):
+        out.append(make(synth.NodeSpec(slot="n0", faults=frozenset({f}))))
+    return out
+
+
+def _mutations(text: str, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = text.splitlines()
+    variants = [
+        text, "", "\n", text.replace("\n", "\r\n"), text.replace("\n", "\r"), text.replace("    ", "\t"),
+        text.replace(": ", " : "), text.replace(": ", ":   "), text.replace(": ", "\t: "), text.replace(":", ": "),
+        "\n".join(ln + "  " for ln in lines), "\n".join("  " + ln for ln in lines), text.lstrip(),
+        "\n\n" + text + "\n\n", text.replace("\n", "\n\n"), text[: len(text) // 2], text + "garbage line\n",
+        "preamble\n" + text, text.replace("GB/s", "Gb/s"), text.replace("26.562 GB/s", "<inactive>"),
+        text.replace("Link 3: ", "Link 3:  "), text.replace("Link 4: 26.562 GB/s", "Link 4:   "),
+        text.replace("Link 5:", "Link x5:"), text.replace("GPU 1:", "GPU  1:"), text.replace("(UUID", "\u00a0(UUID"),
+        text.replace("domain:", "domain :"), text.replace("domain:", "Domain:"), text.replace("type:", "ty pe:"),
+        text.replace("provider: efa", "provider: efa;ofi_rxd", 3), text.replace("-rdm", "-dgrm", 5),
+        text.replace("\n", "\u2028", 3), text.replace("\n", "\x0c", 2), text.replace("a", "\u00e4", 2),
+        text.replace("Elastic Fabric Adapter", "ELASTIC FABRIC ADAPTER", 2),
+        text.replace("Elastic Fabric Adapter", "Elaſtic Fabric Adapter", 1), text + "\n0000:10:1c.0 1d0f:efa1\n",
+        text + "\n0000:10:1c.0 1d0f:efa10\n", text.replace(" ", "\u3000", 4), "fi_getinfo: -61 (No data available)\n",
+    ]
+    for _ in range(12):  # random line drops, duplicates and shuffles of neighbours
+        ls = list(lines)
+        for _ in range(rng.randint(1, 4)):
+            if not ls:
+                break
+            i = rng.randrange(len(ls))
+            op = rng.choice(("drop", "dup", "swap", "blank"))
+            if op == "drop":
+                ls.pop(i)
+            elif op == "dup":
+                ls.insert(i, ls[i])
+            elif op == "swap" and i + 1 < len(ls):
+                ls[i], ls[i + 1] = ls[i + 1], ls[i]
+            else:
+                ls.insert(i, " " * rng.randint(0, 3))
+        variants.append("\n".join(ls) + rng.choice(("", "\n")))
+    return variants
+
+
+FI = _texts(("fi_info",), synth.fi_info)
+NVL = _texts(("nvlink_s", "nvlink-s"), synth.nvlink_s)
+LSPCI = _texts(("lspci",), synth.lspci) + ["00:05.0 Ethernet controller: Amazon.com, Inc. Elastic Network Adapter\n"]
+
+
+@pytest.mark.parametrize("i", range(len(FI)))
+def test_fi_info_matches_reference(i):
+    for k, t in enumerate(_mutations(FI[i], i)):
+        assert efa.parse_fi_info(t) == ref.parse_fi_info(t), (i, k)
+
+
+@pytest.mark.parametrize("i", range(len(NVL)))
+def test_nvlink_matches_reference(i):
+    for k, t in enumerate(_mutations(NVL[i], i)):
+        assert nvidia_smi.parse_nvlink_status(t) == ref.parse_nvlink_status(t), (i, k)
+        assert nvidia_smi.parse_nvlink_status(t) == ref.parse_nvlink_status(t), (i, k)  # again, from the caches
+
+
+@pytest.mark.parametrize("i", range(len(LSPCI)))
+def test_lspci_matches_reference(i):
+    for k, t in enumerate(_mutations(LSPCI[i], i)):
+        assert efa.parse_lspci(t) == ref.parse_lspci(t), (i, k)
+
+
+VALUES = ["", " ", "0", "-1", "1.5", "81559 MiB", "700.00 W", " 41 ", "0x1F", "0x0000000000000001", "1e3", "inf",
+          "-inf", "nan", "N/A", "[N/A]", "5e", "5 e", "1_000", "١٢", "12 %", "3 KB/s", "3 W(avg)", "3 W(AVG)",
+          "5 W\n", "-", "--1", "1.", ".5", "26.562 GB/s", "2.5x", "x16", "Enabled", "²", "1²", "5\u00a0W", "0 us"]
+
+
+@pytest.mark.parametrize("v", VALUES)
+def test_number_helpers_match_reference(v):
+    assert common.strip_unit(v) == ref.strip_unit(v)
+    a, b = common.to_float(v), ref.to_float(v)
+    assert (a == b) or (a != a and b != b)  # nan == nan for this purpose
