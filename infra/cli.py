@@ -114,6 +114,35 @@ def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
         sys.exit(EXIT_CONFIG)
 
 
+@main.command()
+@stack_option
+@stacks_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the argv as a JSON list.")
+def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
+    """Print the Packer build of this stack's node AMI (same roles, same BOM as a live configure).
+
+    Writes the extravars file the build reads; runs nothing. Exit 2 when the stack or its BOM
+    has an ERROR finding.
+    """
+    import shlex
+
+    from infra.bom import load_bom, resolve_bom_path
+    from infra.configure.image import packer_invocation, write_image_extravars
+    from infra.findings import has_errors
+    from infra.plan import plan_stack
+
+    spec = _load(stack, stacks_dir)
+    errors = [f for f in plan_stack(spec).findings if f.level.value == "ERROR"]
+    if has_errors(errors):
+        for f in errors:
+            click.echo(f"{_source(stack, stacks_dir)}: {f.render()}", err=True)
+        sys.exit(EXIT_CONFIG)
+    bom = load_bom(resolve_bom_path(spec))
+    extravars = write_image_extravars(spec, bom)
+    argv = packer_invocation(spec, bom, extravars_file=extravars)
+    click.echo(json.dumps(argv) if as_json else shlex.join(argv))
+
+
 # --- commands from other packages (one import and one add_command each) --------------------
 from infra.cloud.preview_command import preview as _preview_command  # noqa: E402
 main.add_command(_preview_command)

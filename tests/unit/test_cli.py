@@ -57,3 +57,23 @@ def test_library_errors_map_to_their_exit_codes(monkeypatch):
         result = run("plan", "-s", "local")
         assert result.exit_code == code, (exc, result.output)
         assert "gpufleet:" in result.output
+
+
+def test_image_prints_the_packer_build_with_the_bom_digest():
+    from infra.bom import load_bom, resolve_bom_path
+    from infra.spec import load_stack
+
+    result = run("image", "-s", "dev", "--json")
+    assert result.exit_code == 0, result.output
+    argv = json.loads(result.output)
+    assert argv[:2] == ["packer", "build"] and argv[-1].endswith("images/gpufleet.pkr.hcl")
+    digest = load_bom(resolve_bom_path(load_stack("dev"))).digest()
+    assert f"bom_digest={digest}" in argv and "os=ubuntu-22.04" in argv
+
+
+def test_image_refuses_a_stack_with_errors():
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parents[1] / "fixtures" / "bad_stacks"
+    result = run("image", "-s", "bom-missing", "--stacks-dir", str(corpus))
+    assert result.exit_code == 2 and "BOM_INVALID" in result.output
