@@ -203,8 +203,13 @@ def read_bundle(directory: str | os.PathLike[str]) -> Bundle:
         if entry.name == MANIFEST or not entry.is_file():
             continue
         try:
-            with open(entry.path, encoding="utf-8", errors="replace") as fh:
-                files[entry.name] = fh.read()
+            # bytes + decode is cheaper than a text-mode file; the replace()s are text mode's
+            # universal newlines, so parsers see the same text
+            with open(entry.path, "rb") as fh:
+                text = fh.read().decode("utf-8", errors="replace")
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            files[entry.name] = text
         except OSError as exc:
             problems.append(f"{entry.name} unreadable: {exc}")
     if manifest is None:

@@ -443,8 +443,10 @@ def check_nvlink(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         return [_r(cid, sev, detail, expected, Q, "nvlink-down", f"NVLinks down: {detail}", rref)]
     if ev.topo is not None and ev.topo.matrix:
         gpus = [d for d in ev.topo.devices if d.startswith("GPU")]
-        off = [(a, b, ev.topo.matrix.get(a, {}).get(b)) for a in gpus for b in gpus
-               if a != b and ev.topo.nvlinks_between(a, b) != s.sku.nvlinks_per_gpu]
+        n, cell, topo = s.sku.nvlinks_per_gpu, f"NV{s.sku.nvlinks_per_gpu}", ev.topo
+        # `cell ==` first: the usual cell; nvlinks_between decides the rest (e.g. 'NV018')
+        off = [(a, b, topo.matrix.get(a, {}).get(b)) for a in gpus for b in gpus
+               if a != b and topo.matrix.get(a, {}).get(b) != cell and topo.nvlinks_between(a, b) != n]
         if off:
             return [_r(cid, sev, f"topo {off[:4]}", f"NV{s.sku.nvlinks_per_gpu} between every GPU pair", Q,
                        "nvlink-topology", f"nvidia-smi topo -m shows {len(off)} GPU pair(s) not at "

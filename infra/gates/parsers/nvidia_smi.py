@@ -44,9 +44,12 @@ def parse_query_csv(text: str) -> QueryCsv:
         if len(raw) != len(fields):
             problems.append(f"row {i}: {len(raw)} values for {len(fields)} fields; skipped")
             continue
+        vals = [v.strip() for v in raw]
+        if ERROR_SENTINELS.isdisjoint(vals):  # the usual row: one comprehension, no per-cell branches
+            rows.append({f: None if v in NA_SENTINELS else strip_unit(v) for f, v in zip(fields, vals)})
+            continue
         row: dict[str, str | None] = {}
-        for f, v in zip(fields, raw):
-            v = v.strip()
+        for f, v in zip(fields, vals):
             if v in NA_SENTINELS:
                 row[f] = None
             elif v in ERROR_SENTINELS:
