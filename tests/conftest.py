@@ -1,10 +1,15 @@
-"""Shared test helpers: where the project and ../shared live."""
+"""Shared test helpers: where the project and ../shared live, and the program captured under mocks."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
+
+from infra.cloud.capture import Capture
+from infra.cloud.snapshot import capture_for_snapshot
+from infra.spec import available_stacks
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED = PROJECT_ROOT.parent / "shared"
@@ -15,3 +20,36 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is absent: the shared fixtures and schemas are not laid beside this checkout")
     return SHARED
+
+
+STACKS = available_stacks()
+NODEADM_CRD = SHARED / "schemas" / "nodeadm" / "node.eks.aws_nodeconfigs.yaml"
+_captures: dict[str, Capture] = {}
+
+
+def _full_capture(stack: str) -> Capture:
+    """Every batch deployed on a fresh stack; cached so each stack's program runs once per session."""
+    if stack not in _captures:
+        _captures[stack] = capture_for_snapshot(stack)
+    return _captures[stack]
+
+
+@pytest.fixture(scope="session")
+def full_capture() -> Callable[[str], Capture]:
+    return _full_capture
+
+
+@pytest.fixture(params=STACKS)
+def cap(request) -> Capture:
+    return _full_capture(request.param)
+
+
+@pytest.fixture(scope="session")
+def nodeadm_schema() -> dict:
+    if not NODEADM_CRD.is_file():
+        pytest.skip(f"{NODEADM_CRD} is absent (the shared schemas folder is not next to the repo)")
+    import yaml
+
+    crd = yaml.safe_load(NODEADM_CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    return version["schema"]["openAPIV3Schema"]
