@@ -6,7 +6,9 @@ everything else is per node. Pure: takes Bundles in memory, returns records.
 
 from __future__ import annotations
 
+import gc
 import statistics
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Mapping, Sequence
 
@@ -24,9 +26,33 @@ def settings_for(bundle: Bundle, base: GateSettings, instance_type: str | None) 
     return base if it == base.instance_type else base.model_copy(update={"instance_type": it})
 
 
+@contextmanager
+def _without_gc_passes():
+    """Pause the cyclic garbage collector for one cohort.
+
+    Why: gating 1,250 nodes allocates ~10^5 small objects (check results, parsed rows) that all
+    stay alive until the records are built, so every collector threshold crossing rescans them:
+    measured at about a fifth of the gate time. The parsers and checks build no reference cycles,
+    so nothing is left uncollected; the collector is restored (and runs normally) afterwards.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def gate_cohort(bundles: Sequence[Bundle], base: GateSettings, instance_type: str | None = None,
                 previous: Mapping[str, NodeOutcome] | None = None,
                 decided_at: datetime | None = None) -> list[AdmissionRecord]:
+    with _without_gc_passes():
+        return _gate_cohort(bundles, base, instance_type, previous, decided_at)
+
+
+def _gate_cohort(bundles: Sequence[Bundle], base: GateSettings, instance_type: str | None,
+                 previous: Mapping[str, NodeOutcome] | None, decided_at: datetime | None) -> list[AdmissionRecord]:
     previous = previous or {}
     # Why not keep the NodeEvidence: its parsed views are ~100s of objects per node; holding them
     # for the whole cohort makes every full GC pass walk them (measured: a third of the gate time).
