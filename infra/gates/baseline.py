@@ -16,7 +16,7 @@ from typing import Mapping
 
 from infra.gates.parsers.nccl_debug import NcclNet
 from infra.gates.parsers.nccl_tests import PerfResult
-from infra.gates.verdict import CheckResult, Verdict
+from infra.gates.verdict import CheckResult, Verdict, check_result
 
 P, W, R, Q = Verdict.PASS, Verdict.WARN, Verdict.REMEDIATE, Verdict.QUARANTINE
 GIB = 2**30
@@ -34,16 +34,16 @@ def check_floor(busbw: float | None, floor: float, check_id: str = "nccl.intra.b
                 research_ref: str = "gates-research.md (a) #34, (b)") -> CheckResult:
     expected = f">= {floor:g} GB/s"
     if busbw is None:
-        return CheckResult(check_id=check_id, severity="Q", measured="no row >= the baseline size", expected=expected,
+        return check_result(check_id=check_id, severity="Q", measured="no row >= the baseline size", expected=expected,
                            verdict=R, reason_code="busbw-not-measured",
                            message="no large-message row to gate on; rerun at the baseline size",
                            research_ref=research_ref)
     if busbw < floor:
-        return CheckResult(check_id=check_id, severity="Q", measured=f"{busbw:g} GB/s", expected=expected,
+        return check_result(check_id=check_id, severity="Q", measured=f"{busbw:g} GB/s", expected=expected,
                            verdict=Q, reason_code="busbw-below-floor",
                            message=f"all_reduce busbw {busbw:g} GB/s below the floor {floor:g}",
                            research_ref=research_ref)
-    return CheckResult(check_id=check_id, severity="Q", measured=f"{busbw:g} GB/s", expected=expected, verdict=P,
+    return check_result(check_id=check_id, severity="Q", measured=f"{busbw:g} GB/s", expected=expected, verdict=P,
                        research_ref=research_ref)
 
 
@@ -53,26 +53,26 @@ def check_correctness(perf: PerfResult, check_id: str = "nccl.intra.correctness"
     wrong_rows = [r.size for r in perf.rows for h in (r.out_of_place, r.in_place)
                   if h is not None and h.wrong is not None and h.wrong > 0]
     if wrong_rows:
-        return CheckResult(check_id=check_id, severity="Q", measured=f"#wrong > 0 at sizes {sorted(set(wrong_rows))}",
+        return check_result(check_id=check_id, severity="Q", measured=f"#wrong > 0 at sizes {sorted(set(wrong_rows))}",
                            expected=expected, verdict=Q, reason_code="nccl-wrong-results",
                            message="nccl-tests found wrong results", research_ref=rref)
     if perf.out_of_bounds or perf.out_of_bounds_ok is False:
-        return CheckResult(check_id=check_id, severity="Q", measured=f"out of bounds {perf.out_of_bounds}",
+        return check_result(check_id=check_id, severity="Q", measured=f"out of bounds {perf.out_of_bounds}",
                            expected=expected, verdict=Q, reason_code="nccl-out-of-bounds",
                            message="nccl-tests reported out-of-bounds values", research_ref=rref)
     if not perf.rows:
-        return CheckResult(check_id=check_id, severity="Q", measured="no rows", expected=expected, verdict=R,
+        return check_result(check_id=check_id, severity="Q", measured="no rows", expected=expected, verdict=R,
                            reason_code="nccl-no-results", message="; ".join(perf.problems) or "no result rows",
                            research_ref=rref)
     if perf.wrong_total is None and not any(r.out_of_place.error is not None for r in perf.rows):
-        return CheckResult(check_id=check_id, severity="Q", measured="#wrong N/A (run with -c 0)", expected=expected,
+        return check_result(check_id=check_id, severity="Q", measured="#wrong N/A (run with -c 0)", expected=expected,
                            verdict=R, reason_code="nccl-unchecked",
                            message="results were not checked; rerun with -c 1", research_ref=rref)
     if perf.nccl_warnings:
-        return CheckResult(check_id=check_id, severity="Q", measured=perf.nccl_warnings[0][:120], expected=expected,
+        return check_result(check_id=check_id, severity="Q", measured=perf.nccl_warnings[0][:120], expected=expected,
                            verdict=R, reason_code="nccl-warn", message="NCCL printed WARN lines", research_ref=rref)
     note = "" if perf.out_of_bounds is not None else "no out-of-bounds footer in the output"
-    return CheckResult(check_id=check_id, severity="Q", measured="#wrong 0", expected=expected, verdict=P,
+    return check_result(check_id=check_id, severity="Q", measured="#wrong 0", expected=expected, verdict=P,
                        message=note, research_ref=rref)
 
 
@@ -80,19 +80,19 @@ def check_efa_used(net: NcclNet | None, check_id: str = "efa.nccl_net", file_nam
     """NCCL_DEBUG=INFO must show the libfabric network with the efa provider, else socket fallback."""
     rref, expected = "gates-research.md (a) #36", "Using network (AWS) Libfabric, Selected provider efa"
     if net is None:
-        return CheckResult(check_id=check_id, severity="Q", measured="not collected", expected=expected, verdict=R,
+        return check_result(check_id=check_id, severity="Q", measured="not collected", expected=expected, verdict=R,
                            reason_code=re.sub(r"[^A-Za-z0-9._-]", "-", "missing-" + file_name.rsplit(".", 1)[0])[:63],
                            message=f"{file_name} was not collected",
                            research_ref=rref)
     measured = f"network {net.network}, provider {net.provider}, nics {net.nics}"
     if net.efa_used:
-        return CheckResult(check_id=check_id, severity="Q", measured=measured, expected=expected, verdict=P,
+        return check_result(check_id=check_id, severity="Q", measured=measured, expected=expected, verdict=P,
                            research_ref=rref)
     if net.lines == 0:
-        return CheckResult(check_id=check_id, severity="Q", measured="no NCCL INFO lines", expected=expected,
+        return check_result(check_id=check_id, severity="Q", measured="no NCCL INFO lines", expected=expected,
                            verdict=R, reason_code="nccl-debug-missing",
                            message="run with NCCL_DEBUG=INFO to prove the network", research_ref=rref)
-    return CheckResult(check_id=check_id, severity="Q", measured=measured, expected=expected, verdict=Q,
+    return check_result(check_id=check_id, severity="Q", measured=measured, expected=expected, verdict=Q,
                        reason_code="efa-socket-fallback",
                        message="NCCL did not use EFA through libfabric (socket fallback or no provider)",
                        research_ref=rref)
@@ -108,7 +108,7 @@ def cohort_outliers(busbw: Mapping[str, float], fraction: float, min_size: int =
     rref = "gates-research.md (d) item 3"
     values = [v for v in busbw.values()]
     if len(values) < min_size:
-        return {n: CheckResult(check_id=check_id, severity="R", measured=f"{v:g} GB/s",
+        return {n: check_result(check_id=check_id, severity="R", measured=f"{v:g} GB/s",
                                expected=f"cohort of >= {min_size} nodes", verdict=P,
                                message=f"cohort of {len(values)} is too small for a relative gate",
                                research_ref=rref) for n, v in busbw.items()}
@@ -118,11 +118,11 @@ def cohort_outliers(busbw: Mapping[str, float], fraction: float, min_size: int =
     for node, v in busbw.items():
         expected = f">= {limit:.2f} GB/s (median {median:.2f} x {1 - fraction:g})"
         if v < limit:
-            out[node] = CheckResult(check_id=check_id, severity="R", measured=f"{v:g} GB/s", expected=expected,
+            out[node] = check_result(check_id=check_id, severity="R", measured=f"{v:g} GB/s", expected=expected,
                                     verdict=R, reason_code="busbw-outlier",
                                     message=f"busbw {v:g} is {100 * (1 - v / median):.1f}% below the cohort median",
                                     research_ref=rref)
         else:
-            out[node] = CheckResult(check_id=check_id, severity="R", measured=f"{v:g} GB/s", expected=expected,
+            out[node] = check_result(check_id=check_id, severity="R", measured=f"{v:g} GB/s", expected=expected,
                                     verdict=P, research_ref=rref)
     return out

@@ -16,7 +16,7 @@ from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
 from infra.gates.parsers.common import to_int, yes_no
 from infra.gates.settings import GateSettings
-from infra.gates.verdict import CheckResult, Verdict
+from infra.gates.verdict import CheckResult, Verdict, check_result
 
 P, W, R, Q = Verdict.PASS, Verdict.WARN, Verdict.REMEDIATE, Verdict.QUARANTINE
 
@@ -27,9 +27,8 @@ def ref(n: int | str) -> str:
 
 def _r(check_id: str, severity: str, measured: object, expected: object, verdict: Verdict, code: str | None,
        message: str, research_ref: str) -> CheckResult:
-    return CheckResult(check_id=check_id, severity=severity, measured=str(measured), expected=str(expected),
-                       verdict=verdict, reason_code=code if verdict is not P else None, message=message,
-                       research_ref=research_ref)
+    return check_result(check_id, severity, str(measured), str(expected), verdict, code if verdict is not P else None,
+                        message, research_ref)
 
 
 def not_collected(check_id: str, severity: str, expected: object, name: str, research_ref: str,

@@ -76,6 +76,35 @@ class CheckResult(_Frozen):
             raise ValueError(f"{self.check_id}: a {self.verdict.value} result needs a reason_code")
 
 
+_interned: dict[tuple, CheckResult] = {}
+
+
+def check_result(check_id: str, severity: str, measured: str, expected: str, verdict: Verdict,
+                 reason_code: str | None = None, message: str = "", research_ref: str = None) -> CheckResult:  # type: ignore[assignment]
+    """CheckResult(...) with these fields, sharing one instance per distinct set of values.
+
+    Why: a cohort's healthy nodes produce the same results (the same PASS on every node), so
+    building and validating a model per node per check (~40,000 for 1,250 nodes) mostly rebuilds
+    equal objects. The results are frozen, so an equal instance is indistinguishable; each distinct
+    set of values is still validated once (taint-safe code, reason code on non-PASS). Bounded:
+    per-node values (busbw figures) would otherwise grow it without limit.
+    """
+    key = (check_id, severity, measured, expected, verdict, reason_code, message, research_ref)
+    try:
+        return _interned[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value: let validation say what is wrong with it
+        return CheckResult(check_id=check_id, severity=severity, measured=measured, expected=expected,
+                           verdict=verdict, reason_code=reason_code, message=message, research_ref=research_ref)
+    r = CheckResult(check_id=check_id, severity=severity, measured=measured, expected=expected, verdict=verdict,
+                    reason_code=reason_code, message=message, research_ref=research_ref)
+    if len(_interned) >= 8192:
+        _interned.clear()
+    _interned[key] = r
+    return r
+
+
 class Action(str, Enum):
     ADMIT = "admit"
     RETEST = "retest"  # remediate (reset / restart / reboot) then gate again
