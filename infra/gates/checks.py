@@ -14,7 +14,7 @@ from typing import Callable
 from infra.gates import baseline, bundle as B, xid as xid_rules
 from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
-from infra.gates.parsers.common import to_int, yes_no
+from infra.gates.parsers.common import strip_unit, to_int, yes_no
 from infra.gates.settings import GateSettings
 from infra.gates.verdict import CheckResult, Verdict, check_result
 
@@ -57,9 +57,13 @@ class NodeEvidence:
         return f.text if f.collected else None
 
     @cached_property
-    def query(self) -> nvidia_smi.QueryCsv | None:
+    def query_table(self) -> nvidia_smi.QueryTable | None:
         t = self.text(B.QUERY_GPU)
-        return nvidia_smi.parse_query_csv(t) if t is not None else None
+        return nvidia_smi.read_query_table(t) if t is not None else None
+
+    @cached_property
+    def query(self) -> nvidia_smi.QueryCsv | None:
+        return self.query_table.to_model() if self.query_table is not None else None
 
     @cached_property
     def smi_q(self) -> nvidia_smi.SmiQ | None:
@@ -67,9 +71,13 @@ class NodeEvidence:
         return nvidia_smi.parse_q(t) if t is not None else None
 
     @cached_property
-    def remapped(self) -> nvidia_smi.QueryCsv | None:
+    def remapped_table(self) -> nvidia_smi.QueryTable | None:
         t = self.text(B.REMAPPED_ROWS)
-        return nvidia_smi.parse_query_csv(t) if t is not None else None
+        return nvidia_smi.read_query_table(t) if t is not None else None
+
+    @cached_property
+    def remapped(self) -> nvidia_smi.QueryCsv | None:
+        return self.remapped_table.to_model() if self.remapped_table is not None else None
 
     @cached_property
     def nvlink(self) -> nvidia_smi.NvlinkStatus | None:
@@ -125,9 +133,9 @@ class NodeEvidence:
     def gpus(self) -> list[dict[str, object]]:
         """One normalized record per GPU from --query-gpu, gaps filled from -q and the remap CSV."""
         out: list[dict[str, object]] = []
-        if self.query is not None and self.query.rows:
-            for row in self.query.rows:
-                out.append(_from_csv(row))
+        qt = self.query_table
+        if qt is not None and qt.rows:
+            out = [_from_csv(row) for row in qt.records()]
         need_q = not out or any(v is None for g in out for v in g.values())
         if need_q and self.smi_q is not None:  # parse -q only when the CSV leaves gaps
             qg = self.smi_q.gpus
@@ -137,8 +145,9 @@ class NodeEvidence:
                 for k, v in _from_q(q).items():
                     if g.get(k) is None:
                         g[k] = v
-        if self.remapped is not None and self.remapped.rows and len(self.remapped.rows) == len(out):
-            for g, row in zip(out, self.remapped.rows):
+        rt = self.remapped_table
+        if rt is not None and rt.rows and len(rt.rows) == len(out):
+            for g, row in zip(out, rt.records()):  # units on: to_int / _yes_or_count strip them
                 for k, f in (("remap_correctable", "remapped_rows.correctable"),
                              ("remap_uncorrectable", "remapped_rows.uncorrectable")):
                     if row.get(f) is not None:
@@ -159,10 +168,21 @@ def _yes_or_count(v: str | None) -> bool | None:
 
 
 def _from_csv(row: dict[str, str | None]) -> dict[str, object]:
+    """One GPU's record from a QueryTable row (units still on the values).
+
+    Text fields get strip_unit here, as QueryCsv.rows has them; to_int, yes_no and _yes_or_count
+    give the same answer with or without it (to_int strips units itself; a number with a unit is
+    never a yes/no word), so the numeric and flag fields skip it.
+    """
     g = row.get
+
+    def text(name: str) -> str | None:
+        v = g(name)
+        return None if v is None else strip_unit(v)
+
     clocks = g("clocks_event_reasons.active") or g("clocks_throttle_reasons.active")
     return {
-        "name": g("name"), "bus_id": g("pci.bus_id") or g("gpu_bus_id"), "driver": g("driver_version"),
+        "name": text("name"), "bus_id": text("pci.bus_id") or text("gpu_bus_id"), "driver": text("driver_version"),
         "persistence": yes_no(g("persistence_mode")), "mig": yes_no(g("mig.mode.current")),
         "ecc_current": yes_no(g("ecc.mode.current")), "ecc_pending": yes_no(g("ecc.mode.pending")),
         "volatile_uncorrectable": to_int(g("ecc.errors.uncorrected.volatile.total")),
@@ -179,8 +199,8 @@ def _from_csv(row: dict[str, str | None]) -> dict[str, object]:
         "clocks_active": to_int(clocks),
         "hw_thermal_us": to_int(g("clocks_event_reasons_counters.hw_thermal_slowdown")),
         "hw_power_brake_us": to_int(g("clocks_event_reasons_counters.hw_power_brake_slowdown")),
-        "recovery_action": g("gpu_recovery_action"),
-        "fabric_state": g("fabric.state"), "fabric_status": g("fabric.status"),
+        "recovery_action": text("gpu_recovery_action"),
+        "fabric_state": text("fabric.state"), "fabric_status": text("fabric.status"),
     }
 
 
@@ -211,7 +231,7 @@ def _from_q(q: nvidia_smi.QGpu) -> dict[str, object]:
 # ------------------------------------------------------------------------------------------ checks
 
 def _gpu_source_missing(ev: NodeEvidence, check_id: str, sev: str, expected: object, rref: str) -> CheckResult | None:
-    if ev.query is None and ev.smi_q is None:
+    if ev.query_table is None and ev.smi_q is None:
         return not_collected(check_id, sev, expected, B.QUERY_GPU, rref)
     return None
 
@@ -346,7 +366,7 @@ def check_ecc_uncorrectable(ev: NodeEvidence, s: GateSettings) -> list[CheckResu
 def check_row_remap(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     cid, sev, rref = "ecc.row_remap", "Q/R/W", ref(9)
     expected = f"failure No, pending No, uncorrectable <= {s.remap_uncorrectable_limit}"
-    if ev.query is None and ev.smi_q is None and ev.remapped is None:
+    if ev.query_table is None and ev.smi_q is None and ev.remapped_table is None:
         return [not_collected(cid, sev, expected, B.REMAPPED_ROWS, rref)]
     gpus = ev.gpus
     failure = [i for i, g in enumerate(gpus) if g.get("remap_failure") is True]

@@ -1,15 +1,19 @@
 """The parsers as first written (regex per line), kept as the reference the fast paths must match.
 
 Frozen copy of infra/gates/parsers (efa.parse_fi_info, efa.parse_lspci, nvidia_smi.parse_nvlink_status,
-common.strip_unit/to_float) at commit f78dbf0; used only by test_parsers_fast.py.
+common.strip_unit/to_float) at commit f78dbf0; nvidia_smi.parse_query_csv, common.to_int/yes_no and
+checks._from_csv as at commit 7972714 (before the QueryTable path; the CSV reader in its per-cell
+form); used only by test_parsers_fast.py.
 """
 
 from __future__ import annotations
 
+import csv
 import re
 
+from infra.gates.parsers.common import ERROR_SENTINELS, NA_SENTINELS
 from infra.gates.parsers.efa import FiInfo, Lspci
-from infra.gates.parsers.nvidia_smi import NvlinkGpu, NvlinkStatus
+from infra.gates.parsers.nvidia_smi import NvlinkGpu, NvlinkStatus, QueryCsv
 
 _NUM_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+(?:\([a-z]+\))?)$")
 
@@ -110,3 +114,93 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
     if not gpus:
         problems.append("no GPU lines found")
     return NvlinkStatus(gpus=tuple(gpus), unparsed=tuple(unparsed), problems=tuple(problems))
+
+
+def to_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    v = strip_unit(value.strip())
+    try:
+        return int(v, 16) if v.lower().startswith("0x") else int(v)
+    except ValueError:
+        f = to_float(v)
+        return int(f) if f is not None and f.is_integer() else None
+
+
+def yes_no(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("yes", "enabled", "active", "true"):
+        return True
+    if v in ("no", "disabled", "not active", "false", "none"):
+        return False
+    return None
+
+
+_UNIT_IN_HEADER = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+def parse_query_csv(text: str) -> QueryCsv:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return QueryCsv(problems=("empty output",))
+    reader = csv.reader(lines, skipinitialspace=True)
+    header = next(reader)
+    fields = tuple(_UNIT_IN_HEADER.sub("", h.strip()) for h in header)
+    if not any("." in f or f in ("name", "count", "timestamp", "gpu_bus_id", "driver_version") for f in fields):
+        return QueryCsv(problems=("no header line (was --format=csv,noheader used?)",))
+    rows: list[dict[str, str | None]] = []
+    problems: list[str] = []
+    for i, raw in enumerate(reader):
+        if len(raw) != len(fields):
+            problems.append(f"row {i}: {len(raw)} values for {len(fields)} fields; skipped")
+            continue
+        row: dict[str, str | None] = {}
+        for f, v in zip(fields, (v.strip() for v in raw)):
+            if v in NA_SENTINELS:
+                row[f] = None
+            elif v in ERROR_SENTINELS:
+                row[f] = None
+                problems.append(f"row {i}: {f} = {v}")
+            else:
+                row[f] = strip_unit(v)
+        rows.append(row)
+    if not rows:
+        problems.append("no data rows")
+    return QueryCsv(fields=fields, rows=tuple(rows), problems=tuple(dict.fromkeys(problems)))
+
+
+def _yes_or_count(v: str | None) -> bool | None:
+    b = yes_no(v)
+    if b is None and v is not None:
+        n = to_int(v)
+        return None if n is None else n > 0
+    return b
+
+
+def gpu_record_from_csv(row: dict[str, str | None]) -> dict[str, object]:
+    """checks._from_csv as it was: over a QueryCsv row (units already stripped)."""
+    g = row.get
+    clocks = g("clocks_event_reasons.active") or g("clocks_throttle_reasons.active")
+    return {
+        "name": g("name"), "bus_id": g("pci.bus_id") or g("gpu_bus_id"), "driver": g("driver_version"),
+        "persistence": yes_no(g("persistence_mode")), "mig": yes_no(g("mig.mode.current")),
+        "ecc_current": yes_no(g("ecc.mode.current")), "ecc_pending": yes_no(g("ecc.mode.pending")),
+        "volatile_uncorrectable": to_int(g("ecc.errors.uncorrected.volatile.total")),
+        "sram_threshold": yes_no(g("ecc.errors.uncorrected.aggregate.sram.thresholdExceeded")),
+        "remap_correctable": to_int(g("remapped_rows.correctable")),
+        "remap_uncorrectable": to_int(g("remapped_rows.uncorrectable")),
+        "remap_pending": _yes_or_count(g("remapped_rows.pending")),
+        "remap_failure": _yes_or_count(g("remapped_rows.failure")),
+        "remap_histogram_none": to_int(g("remapped_rows.histogram.none")),
+        "pcie_gen_current": to_int(g("pcie.link.gen.current")),
+        "pcie_gen_max": to_int(g("pcie.link.gen.max")) or to_int(g("pcie.link.gen.gpumax")),
+        "pcie_width_current": to_int(g("pcie.link.width.current")),
+        "pcie_width_max": to_int(g("pcie.link.width.max")),
+        "clocks_active": to_int(clocks),
+        "hw_thermal_us": to_int(g("clocks_event_reasons_counters.hw_thermal_slowdown")),
+        "hw_power_brake_us": to_int(g("clocks_event_reasons_counters.hw_power_brake_slowdown")),
+        "recovery_action": g("gpu_recovery_action"),
+        "fabric_state": g("fabric.state"), "fabric_status": g("fabric.status"),
+    }

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from infra.gates import synth
+from infra.gates import checks, synth
 from infra.gates.parsers import common, efa, nvidia_smi
 from tests.gates import _reference_parsers as ref
 from tests.gates.conftest import OWN, REAL
@@ -92,7 +92,9 @@ def test_lspci_matches_reference(i):
 
 VALUES = ["", " ", "0", "-1", "1.5", "81559 MiB", "700.00 W", " 41 ", "0x1F", "0x0000000000000001", "1e3", "inf",
           "-inf", "nan", "N/A", "[N/A]", "5e", "5 e", "1_000", "١٢", "12 %", "3 KB/s", "3 W(avg)", "3 W(AVG)",
-          "5 W\n", "-", "--1", "1.", ".5", "26.562 GB/s", "2.5x", "x16", "Enabled", "²", "1²", "5\u00a0W", "0 us"]
+          "5 W\n", "-", "--1", "1.", ".5", "26.562 GB/s", "2.5x", "x16", "Enabled", "²", "1²", "5\u00a0W", "0 us",
+          "Yes", "no", "Not Active", "not active", "None", "True", "FALSE", "Disabled ", "Active\t", "yes!", "0x1F us",
+          "1e400", "0X10", "0x", "1.0", "16 x"]
 
 
 @pytest.mark.parametrize("v", VALUES)
@@ -100,3 +102,48 @@ def test_number_helpers_match_reference(v):
     assert common.strip_unit(v) == ref.strip_unit(v)
     a, b = common.to_float(v), ref.to_float(v)
     assert (a == b) or (a != a and b != b)  # nan == nan for this purpose
+    for w in (v, v.upper(), v.title(), " " + v.lower()):
+        for _ in range(2):  # again, from the caches
+            assert common.to_int(w) == ref.to_int(w), w
+            assert common.yes_no(w) == ref.yes_no(w), w
+
+
+def _csv_mutations(text: str, seed: int) -> list[str]:
+    """The generic mutations plus cell-level ones: sentinels, units, quoting, case, spacing."""
+    rng = random.Random(seed)
+    out = _mutations(text, seed) + [
+        text.replace(", ", ","), text.replace(", ", " ,  "), text.replace("Enabled", "[N/A]", 3),
+        text.replace("Enabled", "[GPU is lost]", 2), text.replace("No", "[Unknown Error]", 1),
+        text.replace("No", "no "), text.replace("No", "1", 4), text.replace("Yes", "0"), text.replace("None", "Reset"),
+        text.replace(", 0,", ", 0 us,"), text.replace(", 16,", ", 16x,"), text.replace(", 16,", ', "16",'),
+        text.replace("NVIDIA", '"NVIDIA, Inc.', 1), text.replace("0x0000000000000001", "0x41", 3),
+        text.replace("0x0000000000000001", "1 W(avg)"), text.replace(", 5,", ", 5.0,"), text.replace(", 5,", ", Gen5,"),
+        text.replace("Completed", "In Progress", 1), text.replace("pci.bus_id", "gpu_bus_id"),
+        text.replace("remapped_rows.pending", "remapped_rows.failure"), text.replace("Disabled", "[Not Supported]"),
+        text.replace(" [us]", ""), text.replace("clocks_event_reasons", "clocks_throttle_reasons"),
+        text.replace("\n", ",extra\n", 2), text.split("\n", 1)[-1],
+    ]
+    cells = text.replace("\n", ", ").split(", ")
+    for _ in range(8):  # random cell swaps into random positions
+        t = text
+        for _ in range(rng.randint(1, 6)):
+            t = t.replace(rng.choice(cells), rng.choice(cells + ["[N/A]", "[GPU is lost]", "", "-1", "12 %"]), 1)
+        out.append(t)
+    return out
+
+
+CSV = _texts(("query_gpu", "query-gpu", "remapped"), synth.query_gpu_csv)
+
+
+@pytest.mark.parametrize("i", range(len(CSV)))
+def test_query_csv_matches_reference(i):
+    for k, t in enumerate(_csv_mutations(CSV[i], i)):
+        assert nvidia_smi.parse_query_csv(t) == ref.parse_query_csv(t), (i, k)
+
+
+@pytest.mark.parametrize("i", range(len(CSV)))
+def test_gpu_records_match_reference(i):
+    """checks._from_csv over QueryTable rows (units on) = the former _from_csv over QueryCsv rows."""
+    for k, t in enumerate(_csv_mutations(CSV[i], i)):
+        fast = [checks._from_csv(r) for r in nvidia_smi.read_query_table(t).records()]
+        assert fast == [ref.gpu_record_from_csv(r) for r in ref.parse_query_csv(t).rows], (i, k)

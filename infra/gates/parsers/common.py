@@ -66,9 +66,25 @@ def to_float(value: str | None) -> float | None:
         return None
 
 
+_ints: dict[str, int | None] = {}  # to_int's answers by input text; a fleet prints few distinct values
+
+
 def to_int(value: str | None) -> int | None:
     if value is None:
         return None
+    try:
+        return _ints[value]
+    except KeyError:
+        n = _to_int(value)
+    except TypeError:  # not a str: let _to_int fail as it would
+        return _to_int(value)
+    if len(_ints) >= 4096:  # per-device counters would grow it without limit
+        _ints.clear()
+    _ints[value] = n
+    return n
+
+
+def _to_int(value: str) -> int | None:
     v = strip_unit(value.strip())
     try:
         return int(v, 16) if v.lower().startswith("0x") else int(v)
@@ -77,14 +93,25 @@ def to_int(value: str | None) -> int | None:
         return int(f) if f is not None and f.is_integer() else None
 
 
+_TRUE_WORDS = ("yes", "enabled", "active", "true")
+_FALSE_WORDS = ("no", "disabled", "not active", "false", "none")
+# the usual spellings, looked up before normalising (an answer that yes_no's rule gives them)
+_YES_NO = {w: b for words, b in ((_TRUE_WORDS, True), (_FALSE_WORDS, False))
+           for word in words for w in (word, word.capitalize(), word.title(), word.upper())}
+
+
 def yes_no(value: str | None) -> bool | None:
     """'Yes'/'No', 'Enabled'/'Disabled', 'Active'/'Not Active' -> bool; anything else -> None."""
     if value is None:
         return None
+    if type(value) is str:
+        b = _YES_NO.get(value)
+        if b is not None:
+            return b
     v = value.strip().lower()
-    if v in ("yes", "enabled", "active", "true"):
+    if v in _TRUE_WORDS:
         return True
-    if v in ("no", "disabled", "not active", "false", "none"):
+    if v in _FALSE_WORDS:
         return False
     return None
 

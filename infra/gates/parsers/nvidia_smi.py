@@ -29,38 +29,64 @@ class QueryCsv(ParseModel):
         return [r.get(name) for r in self.rows]
 
 
-def parse_query_csv(text: str) -> QueryCsv:
+class QueryTable:
+    """parse_query_csv's reading before the per-cell unit stripping: `rows` holds one tuple of
+    values per GPU row, in `fields` order, whitespace-stripped, sentinels -> None, units kept.
+
+    Why: `--query-gpu` prints ~40 fields x 8 GPUs and the checks read about 20 of them; stripping
+    units on every cell (what QueryCsv.rows holds) is most of the parse. `value(row, name)` and
+    `to_model()` apply strip_unit, so both give exactly QueryCsv's values.
+    """
+
+    __slots__ = ("fields", "rows", "problems")
+
+    def __init__(self, fields: tuple[str, ...], rows: tuple[tuple[str | None, ...], ...],
+                 problems: tuple[str, ...]) -> None:
+        self.fields, self.rows, self.problems = fields, rows, problems
+
+    def records(self) -> list[dict[str, str | None]]:
+        """One dict per row, values with units still on (duplicate field names: the last wins, as in QueryCsv)."""
+        fields = self.fields
+        return [dict(zip(fields, r)) for r in self.rows]
+
+    def to_model(self) -> QueryCsv:
+        fields = self.fields
+        rows = tuple({f: None if v is None else strip_unit(v) for f, v in zip(fields, r)} for r in self.rows)
+        return QueryCsv(fields=fields, rows=rows, problems=self.problems)
+
+
+def read_query_table(text: str) -> QueryTable:
+    """The `--query-gpu` / `--query-remapped-rows` CSV (header line required), units not yet stripped."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
-        return QueryCsv(problems=("empty output",))
+        return QueryTable((), (), ("empty output",))
     reader = csv.reader(lines, skipinitialspace=True)
     header = next(reader)
     fields = tuple(_UNIT_IN_HEADER.sub("", h.strip()) for h in header)
     if not any("." in f or f in ("name", "count", "timestamp", "gpu_bus_id", "driver_version") for f in fields):
-        return QueryCsv(problems=("no header line (was --format=csv,noheader used?)",))
-    rows: list[dict[str, str | None]] = []
+        return QueryTable((), (), ("no header line (was --format=csv,noheader used?)",))
+    rows: list[tuple[str | None, ...]] = []
     problems: list[str] = []
+    n = len(fields)
+    na = NA_SENTINELS
     for i, raw in enumerate(reader):
-        if len(raw) != len(fields):
-            problems.append(f"row {i}: {len(raw)} values for {len(fields)} fields; skipped")
+        if len(raw) != n:
+            problems.append(f"row {i}: {len(raw)} values for {n} fields; skipped")
             continue
-        vals = [v.strip() for v in raw]
-        if ERROR_SENTINELS.isdisjoint(vals):  # the usual row: one comprehension, no per-cell branches
-            rows.append({f: None if v in NA_SENTINELS else strip_unit(v) for f, v in zip(fields, vals)})
-            continue
-        row: dict[str, str | None] = {}
-        for f, v in zip(fields, vals):
-            if v in NA_SENTINELS:
-                row[f] = None
-            elif v in ERROR_SENTINELS:
-                row[f] = None
-                problems.append(f"row {i}: {f} = {v}")
-            else:
-                row[f] = strip_unit(v)
-        rows.append(row)
+        vals = tuple([None if (v := c.strip()) in na else v for c in raw])
+        if not ERROR_SENTINELS.isdisjoint(vals):
+            for f, v in zip(fields, vals):
+                if v in ERROR_SENTINELS:
+                    problems.append(f"row {i}: {f} = {v}")
+            vals = tuple([None if v in ERROR_SENTINELS else v for v in vals])
+        rows.append(vals)
     if not rows:
         problems.append("no data rows")
-    return QueryCsv(fields=fields, rows=tuple(rows), problems=tuple(dict.fromkeys(problems)))
+    return QueryTable(fields, tuple(rows), tuple(dict.fromkeys(problems)))
+
+
+def parse_query_csv(text: str) -> QueryCsv:
+    return read_query_table(text).to_model()
 
 
 # ---------------------------------------------------------------- -q
