@@ -23,3 +23,10 @@ def base_rootfs() -> Path:
 def collections_dir() -> Path:
     from infra.configure.collections import ensure_collections
     return ensure_collections()
+
+
+@pytest.fixture(scope="session")
+def dnf_layer(base_rootfs) -> Path:
+    """The cached AL2023 look-alike layer (dnf, rpm) over `base_rootfs` (rpm_fixture_repo.py)."""
+    from rpm_fixture_repo import build_dnf_layer
+    return build_dnf_layer(base_rootfs)
