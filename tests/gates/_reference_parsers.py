@@ -2,7 +2,7 @@
 
 Frozen copy of infra/gates/parsers (efa.parse_fi_info, efa.parse_lspci, nvidia_smi.parse_nvlink_status,
 common.strip_unit/to_float) at commit f78dbf0; nvidia_smi.parse_query_csv, common.to_int/yes_no and
-checks._from_csv as at commit 7972714 (before the QueryTable path; the CSV reader in its per-cell
+dcgm.parse_json and checks._from_csv as at commit 7972714 (before the QueryTable path; the CSV reader in its per-cell
 form); used only by test_parsers_fast.py.
 """
 
@@ -12,6 +12,7 @@ import csv
 import re
 
 from infra.gates.parsers.common import ERROR_SENTINELS, NA_SENTINELS
+from infra.gates.parsers.dcgm import DcgmDiag, DcgmResult, DcgmWarning, severity
 from infra.gates.parsers.efa import FiInfo, Lspci
 from infra.gates.parsers.nvidia_smi import NvlinkGpu, NvlinkStatus, QueryCsv
 
@@ -204,3 +205,55 @@ def gpu_record_from_csv(row: dict[str, str | None]) -> dict[str, object]:
         "recovery_action": g("gpu_recovery_action"),
         "fabric_state": g("fabric.state"), "fabric_status": g("fabric.status"),
     }
+
+
+def parse_json(doc: dict) -> DcgmDiag:
+    problems: list[str] = []
+    if "DCGM Diagnostic" in doc:
+        fmt, body = "4.x-json", doc["DCGM Diagnostic"]
+        meta = doc.get("metadata") or {}
+        version = meta.get("version") or body.get("version")
+        driver = meta.get("Driver Version Detected")
+    elif "DCGM GPU Diagnostic" in doc:
+        fmt, body = "3.x-json", doc["DCGM GPU Diagnostic"]
+        version = doc.get("version")
+        driver = doc.get("Driver Version Detected")
+    else:
+        return DcgmDiag(format="unknown", problems=("neither 'DCGM Diagnostic' nor 'DCGM GPU Diagnostic' found",))
+    if not isinstance(body, dict):
+        return DcgmDiag(format=fmt, problems=("diagnostic body is not an object",))
+    if version is None:
+        problems.append("DCGM version not in the output; severities read with the >= 3.3.1 enum")
+    results: list[DcgmResult] = []
+    for cat in body.get("test_categories") or []:
+        cname = str(cat.get("category", "?"))
+        for test in cat.get("tests") or []:
+            tname = str(test.get("name", "?"))
+            for res in test.get("results") or []:
+                gpu = res.get("entity_id", res.get("gpu_id"))
+                group = res.get("entity_group")
+                if group not in (None, "GPU"):
+                    gpu = None
+                try:
+                    gpu_i = int(gpu) if gpu is not None else None
+                except (TypeError, ValueError):
+                    gpu_i = None
+                    problems.append(f"{tname}: unreadable gpu id {gpu!r}")
+                warnings = []
+                for w in res.get("warnings") or []:
+                    if isinstance(w, str):
+                        warnings.append(DcgmWarning(text=w))
+                        continue
+                    raw = w.get("error_severity")
+                    sev = severity(int(raw), version) if isinstance(raw, int) else None
+                    warnings.append(DcgmWarning(text=str(w.get("warning", "")), error_id=w.get("error_id"),
+                                                severity=sev, severity_raw=raw))
+                info = res.get("info") or []
+                info_t = (info,) if isinstance(info, str) else tuple(str(i) for i in info)
+                results.append(DcgmResult(category=cname, test=tname, status=str(res.get("status", "?")),
+                                          gpu=gpu_i, warnings=tuple(warnings), info=info_t))
+    runtime_error = body.get("runtime_error")
+    if not results and not runtime_error:
+        problems.append("no test results")
+    return DcgmDiag(format=fmt, version=version, driver_version=driver, results=tuple(results),
+                    runtime_error=runtime_error, problems=tuple(problems))

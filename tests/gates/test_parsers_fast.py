@@ -8,12 +8,13 @@ indentation, trailing blanks, spaces before ':', odd lines, unicode, truncation)
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
 from infra.gates import checks, synth
-from infra.gates.parsers import common, efa, nvidia_smi
+from infra.gates.parsers import common, dcgm, efa, nvidia_smi
 from tests.gates import _reference_parsers as ref
 from tests.gates.conftest import OWN, REAL
 
@@ -147,3 +148,23 @@ def test_gpu_records_match_reference(i):
     for k, t in enumerate(_csv_mutations(CSV[i], i)):
         fast = [checks._from_csv(r) for r in nvidia_smi.read_query_table(t).records()]
         assert fast == [ref.gpu_record_from_csv(r) for r in ref.parse_query_csv(t).rows], (i, k)
+
+
+DCGM = [t for t in _texts(("dcgm",), synth.dcgm_diag_4x) if t.lstrip().startswith("{")]
+
+
+@pytest.mark.parametrize("i", range(len(DCGM)))
+def test_dcgm_json_matches_reference(i):
+    """parse_json shares result models between nodes; what it returns must not change."""
+    base = json.loads(DCGM[i])
+    texts = [DCGM[i], DCGM[i].replace('"Pass"', '"Fail"', 2), DCGM[i].replace('"Pass"', '"Skip"'),
+             DCGM[i].replace('"entity_id": 1', '"entity_id": "1"'), DCGM[i].replace('"GPU"', '"SWITCH"', 3),
+             DCGM[i].replace('"entity_id": 2', '"entity_id": null'), DCGM[i].replace('"status"', '"state"', 2)]
+    for k, t in enumerate(texts):
+        try:
+            doc = json.loads(t)
+        except ValueError:
+            continue
+        for _ in range(2):  # again, from the shared models
+            assert dcgm.parse_json(doc) == ref.parse_json(doc), (i, k)
+    assert base == json.loads(DCGM[i])
