@@ -118,4 +118,6 @@ def yes_no(value: str | None) -> bool | None:
 
 def strip_rank_prefix(line: str) -> str:
     """Remove `0: ` (srun -l) or `[1,0]<stdout>:` (OpenMPI --tag-output)."""
+    if ":" not in line:  # both prefixes end in ':' (a result row has none)
+        return line
     return RANK_PREFIX.sub("", line, count=1)

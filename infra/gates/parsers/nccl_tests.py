@@ -65,7 +65,7 @@ def _int(v: str) -> int | None:
 
 def parse_text(text: str) -> PerfResult:
     cols = list(_DEFAULT_COLS)
-    rows: list[PerfRow] = []
+    rows: list[dict] = []
     oob = oob_ok = avg = None
     warns: list[str] = []
     unparsed: list[str] = []
@@ -104,7 +104,8 @@ def parse_text(text: str) -> PerfResult:
                       nccl_warnings=tuple(warns), unparsed=tuple(unparsed), problems=tuple(problems))
 
 
-def _row(tokens: list[str], cols: list[str]) -> PerfRow | None:
+def _row(tokens: list[str], cols: list[str]) -> dict | None:
+    """One result row as PerfRow's fields (halves as Half's), or None when it does not fit the columns."""
     if len(tokens) != len(cols):
         # no header seen and an unfamiliar shape: accept the common 13- or 12-column layouts only
         if len(tokens) == 12 and cols == _DEFAULT_COLS:  # collectives without a root column
@@ -127,16 +128,17 @@ def _row(tokens: list[str], cols: list[str]) -> PerfRow | None:
                 h["wrong"] = None if val.upper() == "N/A" else _int(val)
             elif name == "error":
                 h["error"] = to_float(val)
-        halves.append(Half(**h))
+        halves.append(h)
     if not halves:
         return None
     get = dict(zip(cols[:idx[0]], tokens[:idx[0]]))
     size = _int(get.get("size", ""))
     if size is None:
         return None
-    return PerfRow(size=size, count=_int(get["count"]) if "count" in get else None, dtype=get.get("type"),
-                   redop=get.get("redop"), root=_int(get["root"]) if "root" in get else None,
-                   out_of_place=halves[0], in_place=halves[1] if len(halves) > 1 else None)
+    # plain dicts: PerfResult validates the rows and their halves in one call
+    return {"size": size, "count": _int(get["count"]) if "count" in get else None, "dtype": get.get("type"),
+            "redop": get.get("redop"), "root": _int(get["root"]) if "root" in get else None,
+            "out_of_place": halves[0], "in_place": halves[1] if len(halves) > 1 else None}
 
 
 def parse_json(text: str) -> PerfResult:

@@ -375,13 +375,19 @@ class Topology(ParseModel):
         return int(cell[2:]) if cell.startswith("NV") and cell[2:].isdigit() else None
 
 
+_TOPO_HEADER = re.compile(r"^\s+GPU0\b")
+_TOPO_DEVICE = re.compile(r"^(GPU|NIC|mlx|efa|rdmap)\S*\d+$")
+
+
 def parse_topo(text: str) -> Topology:
-    lines = [ln.replace("\x1b[4m", "").replace("\x1b[0m", "") for ln in text.splitlines()]
-    header_idx = next((i for i, ln in enumerate(lines) if re.match(r"^\s+GPU0\b", ln)), None)
+    lines = text.splitlines()
+    if "\x1b" in text:  # underline escapes around the header
+        lines = [ln.replace("\x1b[4m", "").replace("\x1b[0m", "") for ln in lines]
+    header_idx = next((i for i, ln in enumerate(lines) if _TOPO_HEADER.match(ln)), None)
     if header_idx is None:
         return Topology(problems=("no header line with GPU0",))
     header = lines[header_idx].split()
-    devices = tuple(h for h in header if re.match(r"^(GPU|NIC|mlx|efa|rdmap)\S*\d+$", h))
+    devices = tuple(h for h in header if _TOPO_DEVICE.match(h))
     matrix: dict[str, dict[str, str]] = {}
     problems: list[str] = []
     for ln in lines[header_idx + 1:]:

@@ -104,7 +104,25 @@ def parse_versions(text: str) -> Versions:
     return Versions(versions=found, problems=tuple(problems))
 
 
+_matches: dict[tuple[str, str], bool] = {}  # (expected, measured) -> answer; a cohort has few distinct pairs
+
+
 def version_matches(expected: str, measured: str) -> bool:
+    """Expected '12.4' matches measured '12.4.131'; '535.183.01' must match exactly component-wise (see _version_matches)."""
+    try:
+        return _matches[(expected, measured)]
+    except KeyError:
+        pass
+    except TypeError:
+        return _version_matches(expected, measured)
+    ok = _version_matches(expected, measured)
+    if len(_matches) >= 4096:
+        _matches.clear()
+    _matches[(expected, measured)] = ok
+    return ok
+
+
+def _version_matches(expected: str, measured: str) -> bool:
     """Expected '12.4' matches measured '12.4.131'; '535.183.01' must match exactly component-wise.
 
     Why prefix-by-component: a BOM may pin a CUDA minor while tools print the full build; a
