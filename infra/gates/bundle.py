@@ -28,8 +28,10 @@ an explicit "not collected" result, never a crash. See also infra/gates/BUNDLE.m
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -253,9 +255,34 @@ def find_bundles(directory: str | os.PathLike[str]) -> list[Path]:
     root = Path(directory)
     if (root / MANIFEST).is_file():
         return [root]
-    known = set(BUNDLE_FILES) | {MANIFEST}
+    known = (MANIFEST,) + BUNDLE_FILES  # the manifest first: the usual hit
     found = []
-    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
-        if any((sub / n).is_file() for n in known):
-            found.append(sub)
+    # os.scandir + os.stat instead of Path.iterdir/is_dir/is_file: the same answers (sorted by
+    # name = Path order among siblings; pathlib's ignored errors read as "no"), a fifth of the cost
+    for name in sorted(e.name for e in os.scandir(root) if _entry_is_dir(e)):
+        base = os.path.join(root, name)
+        if any(_is_file(os.path.join(base, n)) for n in known):
+            found.append(root / name)
     return found
+
+
+_PATHLIB_IGNORED = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _entry_is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return Path(entry.path).is_dir()  # pathlib's answer (or its error)
+
+
+def _is_file(path: str) -> bool:
+    """Path(path).is_file() without building a Path."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as exc:
+        if exc.errno in _PATHLIB_IGNORED:
+            return False
+        raise
+    except ValueError:
+        return False

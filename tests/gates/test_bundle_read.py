@@ -39,3 +39,21 @@ def test_manifest_crlf_and_bad_utf8(tmp_path):
     except ValueError:
         pass
     assert B.read_bundle(node).problems[0].startswith("manifest.json unreadable: ")
+
+
+def test_find_bundles_matches_pathlib(tmp_path):
+    for name in ("b", "a", "c"):
+        synth.write_node(tmp_path / name, synth.NodeSpec(slot=name))
+    (tmp_path / "only-lspci").mkdir()
+    (tmp_path / "only-lspci" / B.LSPCI_EFA).write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    known = set(B.BUNDLE_FILES) | {B.MANIFEST}
+    want = [s for s in sorted(p for p in tmp_path.iterdir() if p.is_dir()) if any((s / n).is_file() for n in known)]
+    assert B.find_bundles(tmp_path) == want
+    assert [p.name for p in want] == ["a", "b", "c", "link", "only-lspci"]
+    assert B.find_bundles(tmp_path / "a") == [tmp_path / "a"]
