@@ -126,6 +126,7 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     """
     import shlex
 
+    from infra import spec as spec_module
     from infra.bom import load_bom, resolve_bom_path
     from infra.configure.image import packer_invocation, write_image_extravars
     from infra.findings import has_errors
@@ -138,7 +139,8 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
             click.echo(f"{_source(stack, stacks_dir)}: {f.render()}", err=True)
         sys.exit(EXIT_CONFIG)
     bom = load_bom(resolve_bom_path(spec))
-    extravars = write_image_extravars(spec, bom)
+    state_dir = spec_module.PROJECT_ROOT / ".gpufleet" / stack / "image"
+    extravars = write_image_extravars(spec, bom, state_dir / f"{spec.image.os}-extravars.json")
     argv = packer_invocation(spec, bom, extravars_file=extravars)
     click.echo(json.dumps(argv) if as_json else shlex.join(argv))
 

@@ -69,6 +69,9 @@ def test_image_prints_the_packer_build_with_the_bom_digest():
     assert argv[:2] == ["packer", "build"] and argv[-1].endswith("images/gpufleet.pkr.hcl")
     digest = load_bom(resolve_bom_path(load_stack("dev"))).digest()
     assert f"bom_digest={digest}" in argv and "os=ubuntu-22.04" in argv
+    extravars = next(a.split("=", 1)[1] for a in argv if a.startswith("extravars_file="))
+    assert extravars.endswith(".gpufleet/dev/image/ubuntu-22.04-extravars.json")  # state lives per stack
+    assert json.loads(open(extravars).read())
 
 
 def test_image_refuses_a_stack_with_errors():
