@@ -126,9 +126,8 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     """
     import shlex
 
-    from infra import spec as spec_module
     from infra.bom import load_bom, resolve_bom_path
-    from infra.configure.image import packer_invocation, write_image_extravars
+    from infra.configure.image import extravars_file_for, packer_invocation, write_image_extravars
     from infra.findings import has_errors
     from infra.plan import plan_stack
 
@@ -139,8 +138,7 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
             click.echo(f"{_source(stack, stacks_dir)}: {f.render()}", err=True)
         sys.exit(EXIT_CONFIG)
     bom = load_bom(resolve_bom_path(spec))
-    state_dir = spec_module.PROJECT_ROOT / ".gpufleet" / stack / "image"
-    extravars = write_image_extravars(spec, bom, state_dir / f"{spec.image.os}-extravars.json")
+    extravars = write_image_extravars(spec, bom, extravars_file_for(stack, spec))
     argv = packer_invocation(spec, bom, extravars_file=extravars)
     click.echo(json.dumps(argv) if as_json else shlex.join(argv))
 

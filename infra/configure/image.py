@@ -21,25 +21,24 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = PROJECT_ROOT / "images" / "gpufleet.pkr.hcl"
 
 
-def default_extravars_file(spec: "ClusterSpec") -> Path:
-    return PROJECT_ROOT / ".gpufleet" / spec.cluster.name / "image" / f"{spec.image.os}-extravars.json"
+def extravars_file_for(stack: str, spec: "ClusterSpec") -> Path:
+    """Run state lives under .gpufleet/<stack>/ (DESIGN section 6)."""
+    return PROJECT_ROOT / ".gpufleet" / stack / "image" / f"{spec.image.os}-extravars.json"
 
 
 def image_extravars(spec: "ClusterSpec", bom: Bom) -> dict[str, Any]:
     return configure_extravars(bom, spec.image.os, spec.cluster.instance, live=False, enable_services=True)
 
 
-def write_image_extravars(spec: "ClusterSpec", bom: Bom, path: Path | None = None) -> Path:
-    path = path or default_extravars_file(spec)
+def write_image_extravars(spec: "ClusterSpec", bom: Bom, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(image_extravars(spec, bom), indent=2, sort_keys=True) + "\n")
     return path
 
 
-def packer_invocation(spec: "ClusterSpec", bom: Bom, *, extravars_file: Path | None = None,
+def packer_invocation(spec: "ClusterSpec", bom: Bom, *, extravars_file: Path,
                       template: Path = TEMPLATE) -> list[str]:
     """argv of `packer build` for this stack's node OS and BOM."""
-    extravars_file = extravars_file or default_extravars_file(spec)
     variables = {
         "os": spec.image.os,
         "region": spec.cluster.region,
