@@ -9,17 +9,16 @@ libnccl-ofi .deb and writes /opt/amazon/efa_installed_packages, as the real one 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 import subprocess
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import configure_host
 from infra.bom import Bom
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configure"
+FIXTURES = configure_host.FIXTURES
 REPO_IN_ROOT = "srv/gpufleet-repo"
 
 
@@ -91,27 +90,11 @@ def write_packages_index(repo: Path) -> None:
 
 
 def efa_installer_tarball(bom: Bom, dest: Path, work: Path) -> Path:
-    """aws-efa-installer-<v>.tar.gz whose efa_installer.sh installs the bundled libnccl-ofi."""
+    """The EFA installer tarball, its libnccl-ofi a .deb installed with dpkg."""
     c = bom.components
     ofi = build_deb(Pkg("libnccl-ofi", f"{c.aws_ofi_nccl.version}-1"), work, work)
-    script = f"""#!/bin/sh
-set -e
-[ "$1" = "-y" ] || {{ echo "usage: efa_installer.sh -y" >&2; exit 2; }}
-dpkg -i "$(dirname "$0")/{ofi.name}" >/dev/null
-mkdir -p /opt/amazon/efa/bin
-cp "$(dirname "$0")/fi_info" /opt/amazon/efa/bin/fi_info
-cp "$(dirname "$0")/efa_installed_packages" /opt/amazon/efa_installed_packages
-"""
-    buf = dest / f"aws-efa-installer-{c.efa_installer.version}.tar.gz"
-    with tarfile.open(buf, "w:gz") as tar:
-        for name, data, mode in (("efa_installer.sh", script.encode(), 0o755),
-                                 (ofi.name, ofi.read_bytes(), 0o644),
-                                 ("fi_info", (FIXTURES / "fi_info").read_bytes(), 0o755),
-                                 ("efa_installed_packages", (FIXTURES / "efa_installed_packages").read_bytes(), 0o644)):
-            info = tarfile.TarInfo(f"aws-efa-installer/{name}")
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    return buf
+    return configure_host.efa_installer_tarball(c.efa_installer.version, dest, ofi, "dpkg -i >/dev/null",
+                                                FIXTURES / "efa_installed_packages")
 
 
 def install_into(root: Path, bom: Bom, os_name: str, work: Path) -> None:

@@ -8,15 +8,19 @@ once per machine under `.ci/.cache/configure/` and every test gets a throwaway o
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "configure"
 CACHE = PROJECT_ROOT / ".ci" / ".cache" / "configure"
 BASE_PACKAGES = "python3,python3-apt"
 BASE_STAMP = f"bookworm minbase +{BASE_PACKAGES} v1"
@@ -81,15 +85,17 @@ def build_base_rootfs(cache: Path = CACHE) -> Path:
 
 
 class Overlay:
-    """A writable copy-on-write view of the base rootfs; `close()` unmounts and deletes it."""
+    """A writable copy-on-write view of read-only `layers` (topmost first); `close()` unmounts and
+    deletes it."""
 
-    def __init__(self, base: Path, parent: Path) -> None:
+    def __init__(self, layers: Sequence[Path], parent: Path) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="node-", dir=parent))
         for sub in ("upper", "work", "root"):
             (self.dir / sub).mkdir()
         self.root = self.dir / "root"
+        lower = ":".join(str(p) for p in layers)
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={base},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
+                        f"lowerdir={lower},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
                         str(self.root)], check=True)
         self._mounts = [self.root]
         for fs, target in (("proc", "proc"), ("sysfs", "sys")):
@@ -100,3 +106,49 @@ class Overlay:
         for m in reversed(self._mounts):
             subprocess.run(["umount", "-l", str(m)], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def chroot(root: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    """Run a command inside `root`; a failure raises with the command's own output."""
+    proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"chroot {' '.join(argv)} failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    return proc.stdout
+
+
+def efa_installer_tarball(version: str, dest: Path, package: Path, install_command: str,
+                          efa_installed_packages: Path) -> Path:
+    """aws-efa-installer-<v>.tar.gz whose efa_installer.sh installs the bundled libnccl-ofi
+    package with `install_command` (dpkg or rpm) and lays down fi_info and the packages file."""
+    script = f"""#!/bin/sh
+set -e
+[ "$1" = "-y" ] || {{ echo "usage: efa_installer.sh -y" >&2; exit 2; }}
+{install_command} "$(dirname "$0")/{package.name}"
+mkdir -p /opt/amazon/efa/bin
+cp "$(dirname "$0")/fi_info" /opt/amazon/efa/bin/fi_info
+cp "$(dirname "$0")/efa_installed_packages" /opt/amazon/efa_installed_packages
+"""
+    out = dest / f"aws-efa-installer-{version}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for name, data, mode in (("efa_installer.sh", script.encode(), 0o755),
+                                 (package.name, package.read_bytes(), 0o644),
+                                 ("fi_info", (FIXTURES / "fi_info").read_bytes(), 0o755),
+                                 ("efa_installed_packages", efa_installed_packages.read_bytes(), 0o644)):
+            info = tarfile.TarInfo(f"aws-efa-installer/{name}")
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def converge(conf: Any, nodes: list, extravars: dict, root: Path, snapshot: Callable[[Path], object]) -> dict:
+    """The three runs every role test makes: --check --diff, the real run, and a second run.
+
+    `check_touched` says whether the check run changed what `snapshot` looks at."""
+    from infra.configure.inventory import ChrootConnection
+
+    before = snapshot(root)
+    check = conf.run(nodes, ChrootConnection(), extravars, check=True, run_id="check")
+    after_check = snapshot(root)
+    first = conf.run(nodes, ChrootConnection(), extravars, run_id="apply")
+    second = conf.run(nodes, ChrootConnection(), extravars, run_id="again")
+    return {"check": check, "first": first, "second": second, "check_touched": before != after_check}

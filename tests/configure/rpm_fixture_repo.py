@@ -17,20 +17,18 @@ out of the layer, so `dnf versionlock` works only once a role installed it.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from configure_host import BASE_STAMP, CACHE, ensure_system_packages
+from configure_host import BASE_STAMP, CACHE, FIXTURES, chroot, ensure_system_packages
+from configure_host import efa_installer_tarball as efa_tarball
 
 from infra.bom import Bom
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configure"
 RPM_FIXTURES = FIXTURES / "rpm"
 REPO_IN_ROOT = "srv/gpufleet-rpm"
 LAYER_PACKAGES = ("dnf", "python3-dnf", "rpm", "dnf-plugins-core")
@@ -142,35 +140,11 @@ def build_rpm(pkg: Rpm, out_dir: Path, work: Path) -> Path:
 
 
 def efa_installer_tarball(bom: Bom, dest: Path, work: Path) -> Path:
-    """aws-efa-installer-<v>.tar.gz whose efa_installer.sh rpm-installs the bundled libnccl-ofi."""
+    """The EFA installer tarball, its libnccl-ofi an RPM installed with rpm."""
     c = bom.components
     ofi = build_rpm(Rpm("efa", "libnccl-ofi", c.aws_ofi_nccl.version, f"1.{DIST}"), work / "efa-rpms", work)
-    script = f"""#!/bin/sh
-set -e
-[ "$1" = "-y" ] || {{ echo "usage: efa_installer.sh -y" >&2; exit 2; }}
-rpm -U --replacepkgs "$(dirname "$0")/{ofi.name}"
-mkdir -p /opt/amazon/efa/bin
-cp "$(dirname "$0")/fi_info" /opt/amazon/efa/bin/fi_info
-cp "$(dirname "$0")/efa_installed_packages" /opt/amazon/efa_installed_packages
-"""
-    out = dest / f"aws-efa-installer-{c.efa_installer.version}.tar.gz"
-    with tarfile.open(out, "w:gz") as tar:
-        for name, data, mode in (("efa_installer.sh", script.encode(), 0o755),
-                                 (ofi.name, ofi.read_bytes(), 0o644),
-                                 ("fi_info", (FIXTURES / "fi_info").read_bytes(), 0o755),
-                                 ("efa_installed_packages",
-                                  (RPM_FIXTURES / "efa_installed_packages").read_bytes(), 0o644)):
-            info = tarfile.TarInfo(f"aws-efa-installer/{name}")
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    return out
-
-
-def _chroot(root: Path, *argv: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"chroot {' '.join(argv)} failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
-    return proc.stdout
+    return efa_tarball(c.efa_installer.version, dest, ofi, "rpm -U --replacepkgs",
+                       RPM_FIXTURES / "efa_installed_packages")
 
 
 def build_dnf_layer(base: Path, cache: Path = CACHE) -> Path:
@@ -191,9 +165,9 @@ def build_dnf_layer(base: Path, cache: Path = CACHE) -> Path:
     try:
         shutil.copy2("/etc/resolv.conf", root / "etc/resolv.conf")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        _chroot(root, "apt-get", "update", "-q", env=env)
-        _chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *LAYER_PACKAGES, env=env)
-        _chroot(root, "apt-get", "clean")
+        chroot(root, "apt-get", "update", "-q", env=env)
+        chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *LAYER_PACKAGES, env=env)
+        chroot(root, "apt-get", "clean")
         for lists in (root / "var/lib/apt/lists").iterdir():
             if lists.is_file():
                 lists.unlink()
@@ -210,7 +184,7 @@ def build_dnf_layer(base: Path, cache: Path = CACHE) -> Path:
         # Debian's rpm keeps its database in ~/.rpmdb (beside dpkg); an RPM system's is /var/lib/rpm
         (root / "etc/rpm").mkdir(exist_ok=True)
         (root / "etc/rpm/macros").write_text("%_dbpath /var/lib/rpm\n")
-        _chroot(root, "rpm", "--initdb")
+        chroot(root, "rpm", "--initdb")
         for rel in ("etc/os-release", "usr/lib/os-release"):
             (root / rel).unlink(missing_ok=True)
             shutil.copy2(RPM_FIXTURES / "os-release", root / rel)
@@ -226,29 +200,6 @@ def build_dnf_layer(base: Path, cache: Path = CACHE) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     stamp.write_text(LAYER_STAMP)
     return layer
-
-
-class LayeredOverlay:
-    """A writable overlay of `layers` (topmost first); `close()` unmounts and deletes it."""
-
-    def __init__(self, layers: list[Path], parent: Path) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="node-", dir=parent))
-        for sub in ("upper", "work", "root"):
-            (self.dir / sub).mkdir()
-        self.root = self.dir / "root"
-        lower = ":".join(str(p) for p in layers)
-        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={lower},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
-                        str(self.root)], check=True)
-        self._mounts = [self.root]
-        for fs, target in (("proc", "proc"), ("sysfs", "sys")):
-            subprocess.run(["mount", "-t", fs, fs, str(self.root / target)], check=True)
-            self._mounts.append(self.root / target)
-
-    def close(self) -> None:
-        for m in reversed(self._mounts):
-            subprocess.run(["umount", "-l", str(m)], capture_output=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def install_into(root: Path, bom: Bom, os_name: str, layer: Path, work: Path) -> dict[str, str]:
@@ -271,6 +222,6 @@ def install_into(root: Path, bom: Bom, os_name: str, layer: Path, work: Path) ->
         f"[amazonlinux]\nname=Amazon Linux 2023 (gpufleet test stand-in)\nbaseurl={urls['amazonlinux']}\n"
         "enabled=1\ngpgcheck=0\n")
     [release] = (repo_root / "amazonlinux").glob("system-release-*.rpm")
-    _chroot(root, "rpm", "-i", f"/{REPO_IN_ROOT}/amazonlinux/{release.name}")
+    chroot(root, "rpm", "-i", f"/{REPO_IN_ROOT}/amazonlinux/{release.name}")
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")
     return urls

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from apt_fixture_repo import REPO_IN_ROOT, install_into
-from configure_host import Overlay
+from configure_host import Overlay, chroot, converge
 from infra import catalog
 from infra.bom import load_bom
 from infra.configure.extravars import LustreMount, configure_extravars
-from infra.configure.inventory import ChrootConnection, Node
+from infra.configure.inventory import Node
 from infra.configure.nccl_env import nccl_env_for
 from infra.configure.runner import AnsibleConfigurator, Verdict
 
@@ -49,7 +48,7 @@ def _extravars(bom):
 def applied(base_rootfs, collections_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chroot-node")
     bom = load_bom()
-    ov = Overlay(base_rootfs, tmp)
+    ov = Overlay([base_rootfs], tmp)
     try:
         root = ov.root
         install_into(root, bom, OS, tmp)
@@ -58,14 +57,8 @@ def applied(base_rootfs, collections_dir, tmp_path_factory):
             assert not (root / "usr/bin" / stub).exists()
         conf = AnsibleConfigurator(tmp / "state", collections=collections_dir)
         nodes = [Node(slot="chroot-n1", address=str(root), groups=("slurm",))]
-        ev = _extravars(bom)
-        before = _snapshot(root)
-        check = conf.run(nodes, ChrootConnection(), ev, check=True, run_id="check")
-        after_check = _snapshot(root)
-        first = conf.run(nodes, ChrootConnection(), ev, run_id="apply")
-        second = conf.run(nodes, ChrootConnection(), ev, run_id="again")
-        yield {"root": root, "bom": bom, "check": check, "first": first, "second": second,
-               "state": tmp / "state", "check_touched": before != after_check}
+        runs = converge(conf, nodes, _extravars(bom), root, _snapshot)
+        yield {"root": root, "bom": bom, "state": tmp / "state", **runs}
     finally:
         ov.close()
 
@@ -74,10 +67,6 @@ def _snapshot(root: Path) -> set[str]:
     paths = ("etc/nccl.conf", "etc/gpufleet", "etc/containerd", "etc/cdi", "etc/munge/munge.key",
              "opt/amazon", "etc/security/limits.d/90-gpufleet-efa.conf")
     return {p for p in paths if (root / p).exists()}
-
-
-def _chroot(root: Path, *argv: str) -> str:
-    return subprocess.run(["chroot", str(root), *argv], check=True, capture_output=True, text=True).stdout
 
 
 def test_check_mode_run_succeeds_and_writes_nothing(applied):
@@ -101,7 +90,7 @@ def test_second_run_changes_nothing(applied):
 def test_packages_installed_at_pinned_versions_and_held(applied):
     root, bom = applied["root"], applied["bom"]
     v = bom.component_versions(OS)
-    listing = _chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\n")
+    listing = chroot(root, "dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\n")
     installed = {line.split()[0]: line.split()[1] for line in listing.splitlines()
                  if line.split()[2] in ("ii", "hi")}
     assert installed["nvidia-driver-570-open"] == f"{v['nvidia_driver']}-0ubuntu1"  # not the 570.999 decoy
@@ -110,7 +99,7 @@ def test_packages_installed_at_pinned_versions_and_held(applied):
     assert installed["datacenter-gpu-manager-4-core"] == f"1:{v['dcgm']}-1"
     assert installed["nvidia-container-toolkit"].startswith(v["nvidia_container_toolkit"])
     assert installed["lustre-client-utils"].startswith(v["lustre_client"])
-    holds = {l.split()[0] for l in _chroot(root, "dpkg", "--get-selections").splitlines() if l.split()[1] == "hold"}
+    holds = {l.split()[0] for l in chroot(root, "dpkg", "--get-selections").splitlines() if l.split()[1] == "hold"}
     for pkg in ("nvidia-driver-570-open", "nvidia-fabricmanager-570", "cuda-toolkit-12-8", "libnccl2",
                 "datacenter-gpu-manager-4-core", "containerd", "nvidia-container-toolkit",
                 "lustre-client-utils", "libgdrapi"):
@@ -140,7 +129,7 @@ def test_rendered_configuration(applied):
 
 def test_node_facts_report_installed_versions(applied):
     root, bom = applied["root"], applied["bom"]
-    fact = json.loads(_chroot(root, "/etc/ansible/facts.d/gpufleet.fact"))
+    fact = json.loads(chroot(root, "/etc/ansible/facts.d/gpufleet.fact"))
     want = bom.component_versions(OS)
     got = fact["versions"]
     assert set(got) == set(want)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from configure_host import require_root
+from configure_host import Overlay, chroot, converge, require_root
 from infra import catalog
 from infra.bom import load_bom
 from infra.configure.extravars import LustreMount, configure_extravars
-from infra.configure.inventory import ChrootConnection, Node
+from infra.configure.inventory import Node
 from infra.configure.nccl_env import nccl_env_for
 from infra.configure.runner import AnsibleConfigurator, Verdict
-from rpm_fixture_repo import REPO_IN_ROOT, LayeredOverlay, install_into
+from rpm_fixture_repo import REPO_IN_ROOT, install_into
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
@@ -52,7 +52,7 @@ def applied(base_rootfs, dnf_layer, collections_dir, tmp_path_factory):
     require_root("an AL2023 look-alike chroot")
     tmp = tmp_path_factory.mktemp("dnf-node")
     bom = load_bom()
-    ov = LayeredOverlay([dnf_layer, base_rootfs], tmp)
+    ov = Overlay([dnf_layer, base_rootfs], tmp)
     try:
         root = ov.root
         urls = install_into(root, bom, OS, dnf_layer, tmp)
@@ -60,14 +60,8 @@ def applied(base_rootfs, dnf_layer, collections_dir, tmp_path_factory):
         assert not (root / "usr/bin/nvidia-smi").exists()  # the driver RPM ships it
         conf = AnsibleConfigurator(tmp / "state", collections=collections_dir)
         nodes = [Node(slot=HOST, address=str(root), groups=("slurm",))]
-        ev = _extravars(bom, urls)
-        before = _snapshot(root)
-        check = conf.run(nodes, ChrootConnection(), ev, check=True, run_id="check")
-        after_check = _snapshot(root)
-        first = conf.run(nodes, ChrootConnection(), ev, run_id="apply")
-        second = conf.run(nodes, ChrootConnection(), ev, run_id="again")
-        yield {"root": root, "bom": bom, "check": check, "first": first, "second": second,
-               "state": tmp / "state", "check_touched": before != after_check}
+        runs = converge(conf, nodes, _extravars(bom, urls), root, _snapshot)
+        yield {"root": root, "bom": bom, "state": tmp / "state", **runs}
     finally:
         ov.close()
 
@@ -79,12 +73,8 @@ def _snapshot(root: Path) -> dict[str, object]:
     return {"files": {p for p in paths if (root / p).exists()}, "rpms": _rpms(root)}
 
 
-def _chroot(root: Path, *argv: str) -> str:
-    return subprocess.run(["chroot", str(root), *argv], check=True, capture_output=True, text=True).stdout
-
-
 def _rpms(root: Path) -> dict[str, str]:
-    out = _chroot(root, "rpm", "-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n")
+    out = chroot(root, "rpm", "-qa", "--qf", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n")
     return dict(line.split() for line in out.splitlines())
 
 
@@ -150,7 +140,7 @@ def test_packages_installed_at_pinned_versions(applied):
 def test_versionlock_holds_the_stack(applied):
     root = applied["root"]
     rpms = _rpms(root)
-    locks = set(_chroot(root, "dnf", "-q", "versionlock", "list").split())
+    locks = set(chroot(root, "dnf", "-q", "versionlock", "list").split())
     for name in ("nvidia-driver", "nvidia-driver-cuda", "nvidia-persistenced", "kmod-nvidia-open-dkms",
                  "nvidia-fabric-manager", "cuda-toolkit-12-8", "gdrcopy", "gdrcopy-kmod", "libnccl",
                  "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12", "containerd",
@@ -189,7 +179,7 @@ def test_rendered_configuration(applied):
 
 def test_node_facts_report_installed_versions(applied):
     root, bom = applied["root"], applied["bom"]
-    got = json.loads(_chroot(root, "/etc/ansible/facts.d/gpufleet.fact"))["versions"]
+    got = json.loads(chroot(root, "/etc/ansible/facts.d/gpufleet.fact"))["versions"]
     want = bom.component_versions(OS)
     assert set(got) == set(want)
     for key in set(want) - {"kernel", "kubelet", "slurm"}:
