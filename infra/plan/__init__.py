@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from infra.bom import bom_findings
-from infra.findings import Finding, sort_findings
+from infra.findings import Finding, info, sort_findings
 from infra.plan.batches import batch_of_block, plan_batches
 from infra.plan.memory import memory_fit
 from infra.plan.model import ClusterPlan
@@ -59,8 +59,6 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
 
 
 def _rollout_findings(spec: ClusterSpec, batches: int) -> list[Finding]:
-    from infra.findings import info
-
     target = spec.rollout.target_batch
     if target is not None and target > batches:
         return [info("TARGET_PAST_LAST_BATCH", "gpufleet:rollout.targetBatch",

@@ -16,7 +16,7 @@ from moto_server import moto_client, moto_endpoint  # noqa: F401  (fixtures)
 
 from infra import validate_cloud
 from infra.errors import ExternalCommandFailed
-from infra.findings import Level, error
+from infra.findings import error
 from infra.plan import build_plan
 from infra.spec import load_stack
 from infra.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, modelled_rollout
