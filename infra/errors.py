@@ -76,3 +76,23 @@ class ExternalCommandFailed(GpufleetError):
 
 class LockHeld(GpufleetError):
     """Another live rollout of the same stack holds the lock. Exit code 1."""
+
+
+class PoolError(GpufleetError):
+    """The scheduling pool refused or could not do an operation (unknown node, mismatching record,
+    API server or slurmctld down). Names the node and the cause. Exit code 1."""
+
+    def __init__(self, message: str, *, node: str | None = None) -> None:
+        self.node = node
+        super().__init__(f"{node}: {message}" if node else message)
+
+
+class ProvisioningError(GpufleetError):
+    """Instances could not be created (capacity, quota, a concurrent update). Exit code 1.
+
+    `retryable` says whether the same call may succeed later (throttling, a concurrent update)."""
+
+    def __init__(self, message: str, *, retryable: bool = False, slots: tuple[str, ...] = ()) -> None:
+        self.retryable = retryable
+        self.slots = slots
+        super().__init__(message)

@@ -245,6 +245,16 @@ class ImageConfig(_Model):
         return self
 
 
+# --- simulator ----------------------------------------------------------------------------
+
+class SimulatorConfig(_Model):
+    """Present only on simulated stacks (`local`, `local-slurm`): the key, not the stack name,
+    makes a stack simulated. The real Pulumi program refuses such a stack; the offline preview
+    and the simulator run it under mocks. Owned by `infra.sim` (fault mix, stage durations)."""
+
+    seed: int = Field(default=1, ge=0)
+
+
 # --- the whole spec ------------------------------------------------------------------------
 
 class ClusterSpec(_Model):
@@ -259,6 +269,11 @@ class ClusterSpec(_Model):
     gates: GatesConfig = GatesConfig()
     pool: PoolConfig
     image: ImageConfig = ImageConfig()
+    simulator: SimulatorConfig | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.simulator is not None
 
     @field_validator("partitions")
     @classmethod
