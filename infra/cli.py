@@ -48,7 +48,9 @@ stacks_dir_option = click.option("--stacks-dir", type=click.Path(file_okay=False
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gpufleet")
-def main() -> None:
+@click.option("--project", type=click.Path(path_type=Path), default=None, envvar="GPUFLEET_PROJECT",
+              help="The project folder (default: the nearest Pulumi.yaml upwards, like the Pulumi CLI).")
+def main(project: Path | None) -> None:
     """gpufleet: a GPU cluster from a stack file to a verified scheduling pool."""
 
 

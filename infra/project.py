@@ -111,3 +111,16 @@ def find_project(override: str | os.PathLike[str] | None = None, start: Path | N
     raise ConfigError(f"no Pulumi.yaml in {here} or any folder above it", field="--project",
                       expected=f"run inside a gpufleet project, pass --project DIR or set {PROJECT_ENV} "
                                "(`gpufleet init DIR` creates a project)")
+
+
+def current_project() -> Project:
+    """The project for the running `gpufleet` command: its root group's `--project`, else discovery.
+
+    Commands live in many modules; asking click's current context keeps them from threading the
+    option through every signature. Outside a command (library use) it is plain discovery.
+    """
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    override = ctx.find_root().params.get("project") if ctx is not None else None
+    return find_project(override)
