@@ -109,5 +109,5 @@ def install_into(root: Path, bom: Bom, os_name: str, work: Path) -> None:
         src.unlink(missing_ok=True)
     # stands in for the distribution archive a real node has (munge comes from there)
     (root / "etc/apt/sources.list.d/distro.list").write_text(f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./\n")
-    subprocess.run(["chroot", str(root), "apt-get", "update", "-q"], check=True, capture_output=True)
+    configure_host.apt_get("update", "-q", root=root)
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")

@@ -50,12 +50,26 @@ def ensure_system_packages(*packages: str) -> None:
     if not missing:
         return
     require_root("installing " + " ".join(missing))
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     if not _apt_updated:
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+        apt_get("update", "-q")
         _apt_updated = True
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-                   check=True, env=env, capture_output=True)
+    apt_get("install", "-y", "-q", "--no-install-recommends", *missing)
+
+
+APT_LOCK_TIMEOUT_S = 300  # another apt (a concurrent test run, unattended-upgrades) may hold the lock
+
+
+def apt_get(*args: str, root: Path | None = None) -> str:
+    """`apt-get ARGS` on the host, or inside the chroot `root`: waits for the dpkg and lists locks
+    instead of failing on them, and a failure raises with apt's own stderr."""
+    argv = ["apt-get", "-o", f"DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}", *args]
+    if root is not None:
+        argv = ["chroot", str(root), *argv]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:] or proc.stdout[-3000:]}")
+    return proc.stdout
 
 
 def build_base_rootfs(cache: Path = CACHE) -> Path:

@@ -17,14 +17,13 @@ out of the layer, so `dnf versionlock` works only once a role installed it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from configure_host import BASE_STAMP, CACHE, FIXTURES, chroot, ensure_system_packages
+from configure_host import BASE_STAMP, CACHE, FIXTURES, apt_get, chroot, ensure_system_packages
 from configure_host import efa_installer_tarball as efa_tarball
 
 from infra.bom import Bom
@@ -164,10 +163,9 @@ def build_dnf_layer(base: Path, cache: Path = CACHE) -> Path:
                     f"lowerdir={base},upperdir={work / 'upper'},workdir={work / 'work'}", str(root)], check=True)
     try:
         shutil.copy2("/etc/resolv.conf", root / "etc/resolv.conf")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        chroot(root, "apt-get", "update", "-q", env=env)
-        chroot(root, "apt-get", "install", "-y", "-q", "--no-install-recommends", *LAYER_PACKAGES, env=env)
-        chroot(root, "apt-get", "clean")
+        apt_get("update", "-q", root=root)
+        apt_get("install", "-y", "-q", "--no-install-recommends", *LAYER_PACKAGES, root=root)
+        apt_get("clean", root=root)
         for lists in (root / "var/lib/apt/lists").iterdir():
             if lists.is_file():
                 lists.unlink()

@@ -1,11 +1,13 @@
 """Per-host verdicts over real SSH: hosts are network namespaces on our own bridge, each with
 its own sshd (local-components.md section 3). One host fails a task, one address is dead, one
 host goes dark mid-play (its veth is cut while a task runs there); the others must finish,
-and the whole play must end in seconds thanks to the SSH keep-alives.
+and the whole play must end in seconds thanks to the SSH keep-alives. Names and the subnet are
+unique per run (netns_lab.py), so concurrent or crashed runs never collide.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -13,15 +15,14 @@ from pathlib import Path
 import pytest
 
 from configure_host import ensure_system_packages, require_root
+from netns_lab import NetnsLab, sweep_stale
 from infra.configure.inventory import Node, SshConnection
 from infra.configure.runner import AnsibleConfigurator, Verdict
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
-BRIDGE = "gfcfg-br"
-NET = "10.213.77"
-LIVE = {"n1": 11, "n2": 12, "n3": 13}
-DEAD = ("n4", 14)  # an address on the bridge with nobody behind it
+LIVE = ("n1", "n2", "n3")
+DEAD = "n4"  # an address on the bridge with nobody behind it
 
 PLAY = """
 - name: Per-host verdict probe
@@ -43,65 +44,30 @@ PLAY = """
 """
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
-
-
 @pytest.fixture
-def netns_hosts(tmp_path: Path):
+def lab(tmp_path: Path):
     require_root("network namespaces with sshd")
     ensure_system_packages("openssh-server", "openssh-client", "iproute2")
-    key = tmp_path / "id_ed25519"
-    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
-    (tmp_path / "authorized_keys").write_text((tmp_path / "id_ed25519.pub").read_text())
-    Path("/run/sshd").mkdir(exist_ok=True)
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{NET}.1/24", "dev", BRIDGE)
-    sh("ip", "link", "set", BRIDGE, "up")
-    pids = []
-    try:
-        for name, last in LIVE.items():
-            ns, veth = f"gfcfg-{name}", f"gfcfg-v{name}"
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "link", "set", veth, "master", BRIDGE, "up")
-            sh("ip", "-n", ns, "addr", "add", f"{NET}.{last}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / f"hostkey-{name}"))
-            cfg = tmp_path / f"sshd_config-{name}"
-            pidfile = tmp_path / f"sshd-{name}.pid"
-            cfg.write_text(f"ListenAddress {NET}.{last}\nHostKey {tmp_path}/hostkey-{name}\nPidFile {pidfile}\n"
-                           f"PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                           f"AuthorizedKeysFile {tmp_path}/authorized_keys\nStrictModes no\nUsePAM no\n")
-            sh("ip", "netns", "exec", ns, "/usr/sbin/sshd", "-f", str(cfg))
-            pids.append(pidfile)
-        yield key
-    finally:
-        for pidfile in pids:
-            if pidfile.exists():
-                subprocess.run(["kill", pidfile.read_text().strip()], capture_output=True)
+    with NetnsLab(tmp_path / "lab") as lab:
         for name in LIVE:
-            subprocess.run(["ip", "link", "del", f"gfcfg-v{name}"], capture_output=True)
-            subprocess.run(["ip", "netns", "del", f"gfcfg-{name}"], capture_output=True)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+            lab.add_host(name)
+        yield lab
 
 
-def test_failed_dead_and_dark_hosts_get_their_verdicts_quickly(netns_hosts, tmp_path):
+def test_failed_dead_and_dark_hosts_get_their_verdicts_quickly(lab, tmp_path):
     playbooks = tmp_path / "playbooks"
     (playbooks / "roles").mkdir(parents=True)
     (playbooks / "probe.yml").write_text(PLAY)
-    nodes = [Node(slot=n, address=f"{NET}.{last}", hostvars={"ansible_python_interpreter": "/usr/bin/python3"})
-             for n, last in (*LIVE.items(), DEAD)]
-    conn = SshConnection(user="root", private_key_file=netns_hosts, connect_timeout_s=3)
+    addresses = {**{n: h.address for n, h in lab.hosts.items()}, DEAD: lab.dead_address()}
+    nodes = [Node(slot=n, address=a, hostvars={"ansible_python_interpreter": "/usr/bin/python3"})
+             for n, a in addresses.items()]
+    conn = SshConnection(user="root", private_key_file=lab.key, connect_timeout_s=3)
     cut = []
 
     def on_progress(p):
         if p.task == "Work that fails on one host" and p.host == "n3" and not cut:
             # n3 is about to run the long task: take its link away shortly after it starts
-            cut.append(subprocess.Popen(["sh", "-c", "sleep 1.5; ip link set gfcfg-vn3 down"]))
+            cut.append(subprocess.Popen(["sh", "-c", f"sleep 1.5; ip link set {lab.hosts['n3'].veth} down"]))
 
     conf = AnsibleConfigurator(tmp_path / "state", playbook_dir=playbooks, forks=10)
     started = time.monotonic()
@@ -121,3 +87,24 @@ def test_failed_dead_and_dark_hosts_get_their_verdicts_quickly(netns_hosts, tmp_
     events = sorted((result.private_data_dir / "artifacts" / "run" / "job_events").glob("*.json"))
     assert any('"Finish"' in e.read_text() and '"n1"' in e.read_text() and "runner_on_ok" in e.read_text()
                for e in events)
+
+
+def test_two_labs_at_once_do_not_collide_and_a_dead_runs_leftovers_are_swept(tmp_path):
+    require_root("network namespaces")
+    ensure_system_packages("iproute2", "openssh-server")
+    with NetnsLab(tmp_path / "a") as a, NetnsLab(tmp_path / "b") as b:
+        assert a.bridge != b.bridge and not a.net.overlaps(b.net)
+        ha, hb = a.add_host("n1"), b.add_host("n1")
+        assert ha.netns != hb.netns and ha.veth != hb.veth
+    # what a crashed run leaves: a record whose pid is gone, with its bridge and namespace still there
+    crashed = NetnsLab(tmp_path / "c")
+    host = crashed.add_host("n1")
+    record = json.loads(crashed._record_path.read_text())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    crashed._record_path.write_text(json.dumps({**record, "pid": dead.pid}))
+    assert crashed.token in sweep_stale()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert crashed.bridge not in links and host.veth not in links
+    assert host.netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not crashed._record_path.exists()
