@@ -51,6 +51,7 @@ class HostOutcome:
     status: HostStatus
     task: str | None = None  # the failing task, when FAILED
     message: str | None = None
+    duration_s: float = 0.0  # this host's time in the stage (measured, or modelled by the simulator)
 
 
 @dataclass(frozen=True)
