@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT_VERSION = 1
@@ -98,7 +98,9 @@ class Manifest(_Frozen):
     """manifest.json, versioned so collectors and gates can evolve separately."""
 
     format_version: int = MANIFEST_FORMAT_VERSION
-    slot: str  # node name = slot; a replacement instance takes the slot of the node it replaces
+    # node name = slot; a replacement instance takes the slot of the node it replaces. It names the
+    # record file (<out>/<slot>.json), so no path separators and not '.' or '..'
+    slot: str
     instance_id: str | None = None
     instance_type: str | None = None
     stack: str | None = None
@@ -106,6 +108,13 @@ class Manifest(_Frozen):
     block: int | None = None
     collected_by: str = "unknown"  # preflight.yml, slurm, sim, ...
     files: dict[str, FileRecord] = Field(default_factory=dict)
+
+    @field_validator("slot")
+    @classmethod
+    def _slot_is_a_file_name(cls, v: str) -> str:
+        if not v or v in (".", "..") or any(c in v for c in "/\\\x00") or len(v) > 253:
+            raise ValueError("a slot name is 1-253 characters without '/', '\\' or NUL, and not '.' or '..'")
+        return v
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,9 @@ class Bundle:
     manifest: Manifest
     files: Mapping[str, str]
     problems: tuple[str, ...] = ()
+    # why manifest.json could not be used (missing, not JSON, not an object, wrong field types);
+    # the node is then gated with slot = folder name and gets REMEDIATE bad-manifest (checks.py)
+    manifest_problem: str | None = None
 
     @property
     def slot(self) -> str:
@@ -209,26 +221,7 @@ def read_bundle(directory: str | os.PathLike[str]) -> Bundle:
     """Read one node folder. A bad or missing manifest is recorded as a problem, slot = folder name."""
     root = Path(directory)
     problems: list[str] = []
-    manifest: Manifest | None = None
-    mpath = root / MANIFEST
-    if mpath.is_file():
-        try:
-            try:
-                mtext = _read_bytes(str(mpath)).decode("utf-8")
-            except UnicodeDecodeError:  # read it as before, for the same error text
-                mtext = mpath.read_text(encoding="utf-8")
-            if "\r" in mtext:  # text mode's universal newlines, as read_text() gave
-                mtext = mtext.replace("\r\n", "\n").replace("\r", "\n")
-            raw = json.loads(mtext)
-            if raw.get("format_version", MANIFEST_FORMAT_VERSION) > MANIFEST_FORMAT_VERSION:
-                problems.append(f"manifest format_version {raw.get('format_version')} is newer than "
-                                f"{MANIFEST_FORMAT_VERSION}; reading known fields only")
-                raw = {k: v for k, v in raw.items() if k in Manifest.model_fields}
-            manifest = Manifest.model_validate(raw)
-        except (ValueError, ValidationError) as exc:
-            problems.append(f"manifest.json unreadable: {str(exc).splitlines()[0]}")
-    else:
-        problems.append("manifest.json missing")
+    manifest, manifest_problem = _read_manifest(root / MANIFEST, problems)
     files: dict[str, str] = {}
     for entry in os.scandir(root):
         if entry.name == MANIFEST or not entry.is_file():
@@ -243,10 +236,61 @@ def read_bundle(directory: str | os.PathLike[str]) -> Bundle:
         except OSError as exc:
             problems.append(f"{entry.name} unreadable: {exc}")
     if manifest is None:
-        if not files:
+        if not files and manifest_problem == "manifest.json missing":
             raise BundleError(f"{root}: neither a manifest.json nor any bundle file")
         manifest = Manifest(slot=root.name)
-    return Bundle(path=str(root), manifest=manifest, files=files, problems=tuple(problems))
+    return Bundle(path=str(root), manifest=manifest, files=files, problems=tuple(problems),
+                  manifest_problem=manifest_problem)
+
+
+def _read_manifest(mpath: Path, problems: list[str]) -> tuple[Manifest | None, str | None]:
+    """(the manifest, None) or (None, what is wrong with it); never raises for a bad file."""
+    if not mpath.is_file():
+        problems.append("manifest.json missing")
+        return None, "manifest.json missing"
+    try:
+        data = _read_bytes(str(mpath))
+    except OSError as exc:
+        problem = f"manifest.json unreadable: {exc.strerror or exc}"
+        problems.append(problem)
+        return None, problem
+    try:
+        mtext = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"manifest.json is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        problems.append(problem)
+        return None, problem
+    if "\r" in mtext:  # text mode's universal newlines, as read_text() gave
+        mtext = mtext.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        raw = json.loads(mtext)
+    except ValueError as exc:
+        problem = f"manifest.json is not valid JSON: {exc}"
+        problems.append(problem)
+        return None, problem
+    if not isinstance(raw, dict):
+        problem = f"manifest.json holds {_json_kind(raw)}, expected an object with slot and files"
+        problems.append(problem)
+        return None, problem
+    version = raw.get("format_version", MANIFEST_FORMAT_VERSION)
+    if isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_FORMAT_VERSION:
+        problems.append(f"manifest format_version {version} is newer than {MANIFEST_FORMAT_VERSION}; "
+                        "reading known fields only")
+        raw = {k: v for k, v in raw.items() if k in Manifest.model_fields}
+    try:
+        return Manifest.model_validate(raw), None
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:3])
+        problem = f"manifest.json fields are invalid: {errors}"
+        problems.append(problem)
+        return None, problem
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list"}.get(
+        type(value), type(value).__name__)
 
 
 def find_bundles(directory: str | os.PathLike[str]) -> list[Path]:

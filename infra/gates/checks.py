@@ -11,7 +11,7 @@ import re
 from functools import cached_property
 from typing import Callable
 
-from infra.gates import baseline, bundle as B, xid as xid_rules
+from infra.gates import baseline, bundle as B, versions, xid as xid_rules
 from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
 from infra.gates.parsers.common import strip_unit, to_int, yes_no
@@ -240,6 +240,17 @@ def _per_gpu(ev: NodeEvidence, key: str) -> list[object]:
     return [g.get(key) for g in ev.gpus]
 
 
+def check_manifest(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    """A bundle whose manifest.json is missing or unusable is gated on its files (slot = folder
+    name) but cannot be admitted: without the manifest nobody knows how the files were produced."""
+    cid, rref = "bundle.manifest", "infra/gates/BUNDLE.md (manifest.json)"
+    problem = ev.bundle.manifest_problem
+    if problem is None:
+        return [_r(cid, "R", "valid", "a valid manifest.json", P, None, "", rref)]
+    code = "missing-manifest" if problem == "manifest.json missing" else "bad-manifest"
+    return [_r(cid, "R", problem, "a valid manifest.json", R, code, f"{problem}; collect the bundle again", rref)]
+
+
 def check_gpu_count(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     cid, sev, rref = "gpu.count", "Q", ref("1, #2")
     if (miss := _gpu_source_missing(ev, cid, sev, s.sku.gpus, rref)) is not None:
@@ -282,22 +293,54 @@ def measured_versions(ev: NodeEvidence) -> dict[str, str]:
     return found
 
 
+def _expected_for_node(ev: NodeEvidence, s: GateSettings) -> tuple[dict[str, str], CheckResult | None]:
+    """The BOM pins for this node's OS, or the result that says why there are none."""
+    if not s.expected_by_os:
+        return s.expected_versions, None
+    node_os = ev.versions.node_os if ev.versions is not None else None
+    if node_os is None:
+        if len(s.expected_by_os) == 1:
+            return next(iter(s.expected_by_os.values())), None
+        return {}, _r("versions.os", "Q", "not reported", " or ".join(s.expected_by_os), R, "node-os-unknown",
+                      "the node's OS was not collected (versions.json os_release); cannot pick the BOM's pins",
+                      ref(3))
+    if node_os not in s.expected_by_os:
+        return {}, _r("versions.os", "Q", node_os, " or ".join(s.expected_by_os), Q, "node-os",
+                      f"the node runs {node_os}; the BOM/stack pins {', '.join(s.expected_by_os)}", ref(3))
+    return s.expected_by_os[node_os], None
+
+
 def check_versions(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    """Each pinned component, read and compared its own way (infra.gates.versions)."""
     rref = ref(3)
+    expected_all, problem = _expected_for_node(ev, s)
+    if problem is not None:
+        return [problem]
     have = measured_versions(ev)
+    missing = ev.versions.missing if ev.versions is not None else {}
+    any_agent = versions.agent_for(s.pool) is None
     out = []
-    for key, expected in sorted(s.expected_versions.items()):
+    for key, expected in sorted(expected_all.items()):
         if key == "fabric_manager" and not s.sku.nvswitch:
             continue
-        cid, code = f"versions.{key}", f"version-{key.replace('_', '-')}"
         got = have.get(key)
-        if got is None:
-            out.append(_r(cid, "Q", "not measured", expected, R, f"missing-version-{key.replace('_', '-')}",
-                          f"{key} version was not collected or not readable", rref))
-        elif system.version_matches(expected, got):
-            out.append(_r(cid, "Q", got, expected, P, None, "", rref))
+        if got is None and any_agent and key in versions.AGENT_KEYS:
+            continue  # no pool named: compare the agent the node runs, if any
+        cid, dashed = f"versions.{key}", key.replace("_", "-")
+        want = versions.expected_text(key, expected)
+        if got is not None and versions.matches(key, expected, got):
+            out.append(_r(cid, "Q", got, want, P, None, "", rref))
+        elif got is not None:
+            out.append(_r(cid, "Q", got, want, Q, f"version-{dashed}",
+                          f"{key}: found {got}, the BOM pins {want}", rref))
+        elif key in missing:
+            tool = versions.BY_KEY[key].tool if key in versions.BY_KEY else key
+            out.append(_r(cid, "Q", f"tool missing: {missing[key]}", want, R, f"tool-missing-{dashed}",
+                          f"{key}: {tool} is not installed or not on PATH ({missing[key]}); the BOM pins {want}",
+                          rref))
         else:
-            out.append(_r(cid, "Q", got, expected, Q, code, f"{key} {got} differs from the BOM's {expected}", rref))
+            out.append(_r(cid, "Q", "not measured", want, R, f"missing-version-{dashed}",
+                          f"{key}: version not collected or not readable; the BOM pins {want}", rref))
     return out
 
 
@@ -636,7 +679,7 @@ def check_intra_node(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
 
 
 CHECKS: tuple[Callable[[NodeEvidence, GateSettings], list[CheckResult]], ...] = (
-    check_gpu_count, check_gpu_model, check_versions, check_persistence, check_mig, check_recovery_action,
+    check_manifest, check_gpu_count, check_gpu_model, check_versions, check_persistence, check_mig, check_recovery_action,
     check_ecc_mode, check_ecc_uncorrectable, check_row_remap, check_kernel_log, check_pcie, check_nvlink,
     check_fabric_manager, check_clocks, check_dcgm, check_efa, check_nccl_net, check_lustre, check_container,
     check_intra_node,

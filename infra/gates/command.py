@@ -1,50 +1,76 @@
 """`gpufleet gate DIR`: gate every bundle folder in DIR; print verdicts; write records + JUnit.
 
-Exit codes (DESIGN.md section 8): 0 all admitted or retest, 3 any node quarantined
-(`GateFailed`), 2 a missing or invalid DIR or options file (`ConfigError`).
+Versions are compared with a BOM by default (the project's images/bom.yaml, the stack's with
+-s, or --bom FILE); --no-versions turns that off. Exit codes (DESIGN.md section 8): 0 all
+admitted or retest, 3 any node quarantined (`GateFailed`), 2 a missing or invalid DIR, BOM or
+stack (`ConfigError`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import click
-import yaml
 
 from infra.errors import ConfigError, GateFailed
 
 
-def _load_versions(path: Path) -> dict[str, str]:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the BOM versions: {exc}", path=str(path)) from None
-    if not isinstance(raw, dict) or not all(isinstance(v, (str, int, float)) for v in raw.values()):
-        raise ConfigError("must be a mapping of version key -> version string", path=str(path),
-                          expected="e.g. {nvidia_driver: '535.183.01', nccl: '2.21.5'}")
-    return {str(k): str(v) for k, v in raw.items()}
+def _expected_versions(stack: str | None, bom_file: Path | None, no_versions: bool) -> tuple[dict, str | None, str]:
+    """(expected versions per node OS, pool type, BOM digest) for this run.
 
+    The BOM: --bom FILE, else the stack's `image.bom` (-s), else the project's images/bom.yaml.
+    With a stack, only the stack's node OS is expected and its pool names the agent.
+    """
+    from infra.bom import load_bom
+    from infra.gates import versions
+    from infra.project import current_project
 
-def _digest(versions: dict[str, str]) -> str:
-    if not versions:
-        return "none"
-    return "sha256:" + hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()
+    if no_versions:
+        if bom_file is not None:
+            raise ConfigError("--no-versions and --bom contradict each other", field="--no-versions",
+                              expected="one of them")
+        return {}, None, "none"
+    spec = None
+    if stack is not None:
+        from infra import spec as spec_mod
+
+        project = current_project()
+        spec = spec_mod.load_stack(stack, project.stacks_dir)
+        path = bom_file or project.path(spec.image.bom)
+    elif bom_file is not None:
+        path = bom_file
+    else:
+        try:
+            path = current_project().default_bom
+        except ConfigError as exc:
+            raise ConfigError(f"no BOM to compare versions with: {exc.message}", field="--bom",
+                              expected="run inside a gpufleet project, or pass --bom FILE, -s STACK or "
+                                       "--no-versions") from None
+    bom = load_bom(path)  # ConfigError naming the file when it is missing or invalid
+    only_os = spec.image.os if spec is not None else None
+    if only_os is not None and only_os not in bom.os:
+        raise ConfigError(f"the BOM pins nothing for the stack's node OS {only_os}", path=str(path),
+                          field=f"os.{only_os}", expected="one of " + ", ".join(bom.os))
+    pool = spec.pool.type if spec is not None else None
+    return versions.expectations_by_os(bom, pool, only_os), pool, bom.digest()
 
 
 @click.command("gate")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--instance-type", default=None, help="Instance type (default: each manifest's, else p5.48xlarge).")
-@click.option("--bom-versions", "bom_versions", type=click.Path(path_type=Path), default=None,
-              help="JSON/YAML mapping of expected versions (nvidia_driver, cuda, nccl, ...).")
+@click.option("-s", "--stack", default=None,
+              help="Compare with this stack's BOM (image.bom), node OS and pool agent.")
+@click.option("--bom", "bom_file", type=click.Path(path_type=Path), default=None,
+              help="Compare with this BOM file (default: the stack's, else the project's images/bom.yaml).")
+@click.option("--no-versions", is_flag=True, help="Compare no versions with a BOM.")
 @click.option("--dcgm-level", type=click.IntRange(1, 4), default=2, show_default=True)
 @click.option("--no-lustre", is_flag=True, help="The stack has no Lustre file system.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one admission record per node and junit.xml here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
-def gate(directory: Path, instance_type: str | None, bom_versions: Path | None, dcgm_level: int, no_lustre: bool,
-         out_dir: Path | None, as_json: bool) -> None:
+def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file: Path | None, no_versions: bool,
+         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool) -> None:
     """Gate every node bundle in DIRECTORY (raw tool outputs + manifest.json)."""
     from infra import catalog
     from infra.gates import bundle as B, junit
@@ -59,7 +85,7 @@ def gate(directory: Path, instance_type: str | None, bom_versions: Path | None, 
             catalog.get(instance_type)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0]), field="--instance-type") from None
-    versions = _load_versions(bom_versions) if bom_versions else {}
+    expected_by_os, pool, digest = _expected_versions(stack, bom_file, no_versions)
     folders = B.find_bundles(directory)
     if not folders:
         raise ConfigError("holds no node bundle (a folder with manifest.json or known bundle files)",
@@ -76,7 +102,7 @@ def gate(directory: Path, instance_type: str | None, bom_versions: Path | None, 
                 catalog.get(b.manifest.instance_type)
             except KeyError as exc:
                 raise ConfigError(str(exc.args[0]), path=str(Path(b.path) / B.MANIFEST), field="instance_type") from None
-    base = GateSettings(expected_versions=versions, bom_digest=_digest(versions), dcgm_level=dcgm_level,
+    base = GateSettings(expected_by_os=expected_by_os, pool=pool, bom_digest=digest, dcgm_level=dcgm_level,
                         expect_lustre=not no_lustre)
     records = gate_cohort(bundles, base, instance_type)
     if out_dir is not None:

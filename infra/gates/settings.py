@@ -19,6 +19,10 @@ class GateSettings(BaseModel):
 
     instance_type: str = "p5.48xlarge"
     expected_versions: dict[str, str] = Field(default_factory=dict)  # BOM keys: nvidia_driver, cuda, ...
+    # per node OS (infra.gates.versions.expectations_by_os): wins over expected_versions; the node's
+    # /etc/os-release picks the entry (one entry: it applies to every node)
+    expected_by_os: dict[str, dict[str, str]] = Field(default_factory=dict)
+    pool: str | None = None  # kubernetes | slurm | sim: which pool agent (kubelet, slurmd) must be there
     bom_digest: str = "none"
     dcgm_level: int = Field(default=2, ge=1, le=4)
     intra_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)  # None: the catalog's floor
@@ -41,6 +45,11 @@ class GateSettings(BaseModel):
     @property
     def multi_floor(self) -> float:
         return self.multi_node_busbw_floor_gbs or self.sku.multi_node_busbw_floor_gbs
+
+    def busbw_floor(self, nodes: int) -> float:
+        """The all_reduce busbw floor for a run over `nodes` nodes of this SKU: the intra-node floor
+        for one node, the multi-node ring floor (research (b): p5* >= ~330, p4d >= ~38) beyond."""
+        return self.intra_floor if nodes <= 1 else self.multi_floor
 
     @classmethod
     def from_config(cls, gates_config, instance_type: str, expected_versions: dict[str, str] | None = None,

@@ -14,10 +14,15 @@ from datetime import datetime, timedelta, timezone
 from infra import catalog
 from infra.gates import bundle as B
 
+# What a node built from images/bom.yaml (al2023) has installed, in the BOM's key names (the
+# CUDA toolkit update, the full kernel release, the kubelet and slurmd of either pool). Renderers
+# below print each as its tool does; tests/gates/test_versions.py keeps this equal to
+# bom_versions(<the project's BOM>, "al2023"), so a BOM bump that forgets it fails there.
 DEFAULT_VERSIONS = {
-    "nvidia_driver": "550.127.08", "fabric_manager": "550.127.08", "cuda": "12.4.131", "dcgm": "3.3.9",
-    "nccl": "2.21.5", "aws_ofi_nccl": "1.11.0-aws", "efa_installer": "1.34.0", "libfabric": "1.22.0amzn1.0",
-    "kernel": "6.1.112-124.190.amzn2023.x86_64",
+    "kernel": "6.1.141-155.222.amzn2023.x86_64", "nvidia_driver": "570.172.08", "fabric_manager": "570.172.08",
+    "cuda": "12.8.1", "dcgm": "4.2.3", "nccl": "2.27.5", "aws_ofi_nccl": "1.16.0", "efa_installer": "1.41.0",
+    "libfabric": "2.1.0amzn3.0", "gdrcopy": "2.5.1", "containerd": "1.7.27", "nvidia_container_toolkit": "1.17.8",
+    "lustre_client": "2.15.6", "kubelet": "1.33.4", "slurm": "24.11.6",
 }
 FAULTS = frozenset({
     "ecc_uncorrectable", "remap_pending", "remap_failure", "nvlink_down", "efa_missing", "wrong_counts",
@@ -33,9 +38,10 @@ class NodeSpec:
     faults: frozenset[str] = frozenset()
     xids: tuple[int, ...] = ()
     intra_busbw: float = 480.0  # large-message busbw this node reaches
-    versions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_VERSIONS))
+    versions: dict[str, str | None] = field(default_factory=lambda: dict(DEFAULT_VERSIONS))  # None: tool absent
     batch: int | None = 0
     stack: str | None = "local"
+    os: str = "al2023"  # the node OS (/etc/os-release), as the BOM names it
 
 
 _QUERY_HEADER_UNITS = {"memory.total": "MiB", "power.draw": "W", "temperature.gpu": "",
@@ -155,7 +161,7 @@ def dcgm_diag_4x(n: NodeSpec, level: int = 2) -> str:
            "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1,
                               "entities": [{"entity_id": i, "serial_num": f"165{i:010d}", "device_id": "2330"}
                                            for i in range(sku.gpus)]}],
-           "metadata": {"version": "4.1.1", "Driver Version Detected": n.versions["nvidia_driver"]}}
+           "metadata": {"version": n.versions.get("dcgm") or "4.1.1", "Driver Version Detected": n.versions["nvidia_driver"]}}
     return json.dumps(doc, indent=2)
 
 
@@ -193,23 +199,85 @@ def lspci(n: NodeSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Real nvcc builds per CUDA toolkit update (the release notes' cuda_nvcc version): nvcc prints
+# these, not the toolkit update the BOM pins. A version not listed is printed as given.
+NVCC_BUILDS = {"12.4.0": "12.4.99", "12.4.1": "12.4.131", "12.6.3": "12.6.85", "12.8.0": "12.8.61",
+               "12.8.1": "12.8.93", "12.9.1": "12.9.86"}
+_KERNEL_SUFFIX = {"al2023": "-155.222.amzn2023.x86_64"}  # uname -r tail on AL2023; Ubuntu pins the full release
+OS_RELEASE = {
+    "al2023": 'NAME="Amazon Linux"\nVERSION="2023"\nID="amzn"\nID_LIKE="fedora"\nVERSION_ID="2023"\n'
+              'PLATFORM_ID="platform:al2023"\nPRETTY_NAME="Amazon Linux 2023.8.20250818"\n',
+    "ubuntu-22.04": 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
+                    'VERSION="22.04.5 LTS (Jammy Jellyfish)"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\n',
+    "ubuntu-24.04": 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
+                    'VERSION="24.04.3 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\nID_LIKE=debian\n',
+}
+
+
+def bom_versions(bom, os: str = "al2023") -> dict[str, str]:
+    """What a node built from `bom` (an infra.bom.Bom) for `os` has installed, in the BOM's key names."""
+    pins = bom.component_versions(os)
+    minimum = bom.for_os(os).kernel.minimum
+    pins["kernel"] = minimum if "-" in minimum else minimum + _KERNEL_SUFFIX.get(os, "")
+    return pins
+
+
+def _mm(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+# key -> the installed version's output, as the tool prints it (formats cited in infra.gates.versions)
+VERSION_OUTPUTS = {
+    "nvidia_driver": lambda v: (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  "
+                                "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  8 19:40:34 UTC 2025\n"
+                                "GCC version:  gcc version 11.5.0 20240719 (Red Hat 11.5.0-5) (GCC) \n"),
+    "fabric_manager": lambda v: f"Fabric Manager version is : {v}\n",
+    "cuda": lambda v: ("nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
+                       "Built on Fri_Feb_21_20:23:50_PST_2025\n"
+                       f"Cuda compilation tools, release {_mm(v)}, V{NVCC_BUILDS.get(v, v)}\n"
+                       f"Build cuda_{_mm(v)}.r{_mm(v)}/compiler.35583870_0\n"),
+    "dcgm": lambda v: f"\ndcgmi  version: {v}\n\n",
+    "nccl": lambda v: f"/usr/lib64/libnccl.so.{v}\n",
+    "aws_ofi_nccl": lambda v: f"NET/OFI Initializing aws-ofi-nccl {v}\n",
+    "efa_installer": lambda v: (f"# EFA installer version: {v}\n# Debug packages installed: no\n"
+                                "# Packages installed:\nefa-config efa-nv-peermem libfabric-aws libfabric-aws-devel "
+                                "openmpi40-aws openmpi50-aws rdma-core\n"),
+    "libfabric": lambda v: f"fi_info: {v}\nlibfabric: {v}\nlibfabric api: {_mm(v.split('amzn')[0])}\n",
+    "gdrcopy": lambda v: f"{_mm(v)}\n",
+    "containerd": lambda v: f"containerd github.com/containerd/containerd {v} 05044ec0a9a75232cad458027ca83437aae3f4da\n",
+    "nvidia_container_toolkit": lambda v: (f"NVIDIA Container Toolkit CLI version {v}\n"
+                                           "commit: f202b80a9b9d0db00d9b1d73c0128c8962c55f4d\n"),
+    "lustre_client": lambda v: f"lfs {v}\n",
+    "kubelet": lambda v: f"Kubernetes v{v}-eks-e386d34\n",
+    "slurm": lambda v: f"slurm {v}\n",
+    "kernel": lambda v: f"{v}\n",
+}
+_NOT_FOUND = {"nccl": "libnccl.so.2.*: No such file or directory", "gdrcopy": "modinfo: ERROR: Module gdrdrv not found.",
+              "efa_installer": "cat: /opt/amazon/efa_installed_packages: No such file or directory",
+              "aws_ofi_nccl": "libnccl-net-ofi.so: No such file or directory"}
+
+
+def version_output(key: str, version: str | None) -> tuple[str, int]:
+    """(output, exit code) of one version command; version None = the tool is absent."""
+    if version is None:
+        from infra.gates.versions import BY_KEY
+
+        tool = BY_KEY[key].command.split()[0] if key in BY_KEY else key
+        return _NOT_FOUND.get(key, f"bash: line 1: {tool}: command not found") + "\n", 127 if key not in _NOT_FOUND else 1
+    return VERSION_OUTPUTS[key](version), 0
+
+
 def versions_json(n: NodeSpec) -> str:
+    """versions.json as preflight.yml writes it: key -> {output, exit_code}, plus the node's os-release."""
     v = dict(n.versions)
     if "version_skew" in n.faults:
         v["nccl"] = "2.18.5"
-    raw = {
-        "nvidia_driver": f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v['nvidia_driver']}  Thu Oct 10 2024\n"
-                         "GCC version:  gcc version 11.4.1",
-        "fabric_manager": f"Fabric Manager version is : {v['fabric_manager']}",
-        "cuda": f"nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release "
-                f"{'.'.join(v['cuda'].split('.')[:2])}, V{v['cuda']}",
-        "dcgm": f"dcgmi  version: {v['dcgm']}",
-        "nccl": f"/usr/lib/x86_64-linux-gnu/libnccl.so.{v['nccl']}",
-        "aws_ofi_nccl": f"NET/OFI Initializing aws-ofi-nccl {v['aws_ofi_nccl']}",
-        "efa_installer": f"# EFA installer version: {v['efa_installer']}\n# Debug packages installed: no",
-        "libfabric": f"fi_info: {v['libfabric']}\nlibfabric: {v['libfabric']}\nlibfabric api: 1.22",
-        "kernel": v["kernel"],
-    }
+    raw: dict[str, dict[str, object]] = {}
+    for key, version in v.items():
+        if key in VERSION_OUTPUTS:
+            out, rc = version_output(key, version)
+            raw[key] = {"output": out, "exit_code": rc}
+    raw["os_release"] = {"output": OS_RELEASE.get(n.os, f"ID={n.os}\n"), "exit_code": 0}
     return json.dumps(raw, indent=2)
 
 
@@ -241,7 +309,7 @@ def nccl_intra(n: NodeSpec) -> str:
 def nccl_efa_loopback(n: NodeSpec) -> str:
     sku = catalog.get(n.instance_type)
     host = "ip-10-0-0-1"
-    lines = [f"{host}:1234:1234 [0] NCCL INFO NCCL version {n.versions['nccl']}+cuda12.4"]
+    lines = [f"{host}:1234:1234 [0] NCCL INFO NCCL version {n.versions['nccl']}+cuda{_mm(n.versions.get('cuda') or '12.4')}"]
     if "socket_fallback" in n.faults:
         lines += [f"{host}:1234:1234 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.",
                   f"{host}:1234:1234 [0] NCCL INFO NET/Socket : Using [0]ens32:10.0.0.1<0>",

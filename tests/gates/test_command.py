@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from infra.bom import load_bom
 from infra.cli import main
-from infra.gates import bundle as B, synth
+from infra.gates import bundle as B, synth, versions
 from infra.gates.admission import AdmissionRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,20 +27,16 @@ def _write(tmp: Path, specs) -> Path:
     return d
 
 
-def _bom(tmp: Path) -> Path:
-    p = tmp / "bom.json"
-    p.write_text(json.dumps(synth.DEFAULT_VERSIONS))
-    return p
-
-
 def test_gate_all_healthy_exit_0(tmp_path):
     d = _write(tmp_path, [synth.NodeSpec(slot=f"n{i}") for i in range(3)])
     out = tmp_path / "out"
-    r = CliRunner().invoke(main, ["gate", str(d), "--bom-versions", str(_bom(tmp_path)), "--out", str(out)])
+    r = CliRunner().invoke(main, ["gate", str(d), "--out", str(out)])  # the project's images/bom.yaml
     assert r.exit_code == 0, r.output
     assert "3 node(s): 3 admit, 0 retest, 0 quarantine" in r.output
     rec = AdmissionRecord.model_validate_json((out / "n0.json").read_text())
-    assert rec.verdict.value == "PASS" and rec.bom_digest.startswith("sha256:") and rec.busbw.intra_node_gbs == 480.0
+    assert rec.verdict.value == "PASS" and rec.bom_digest == load_bom(REPO / "images" / "bom.yaml").digest()
+    assert rec.busbw.intra_node_gbs == 480.0
+    assert {c.check_id for c in rec.checks} >= {f"versions.{k}" for k in versions.BY_KEY}  # every component compared
     assert rec.instance_id == "i-0123456789abcdef0" and rec.schema_version == 1 and rec.gpufleet_version
     suite = ET.parse(out / "junit.xml").getroot()
     cases = suite.findall(".//testcase")
@@ -72,7 +69,10 @@ def test_gate_missing_or_empty_dir_exit_2(tmp_path):
     bad = tmp_path / "bom.yaml"
     bad.write_text("- a list\n")
     d = _write(tmp_path, [synth.NodeSpec(slot="n0")])
-    assert CliRunner().invoke(main, ["gate", str(d), "--bom-versions", str(bad)]).exit_code == 2
+    r = CliRunner().invoke(main, ["gate", str(d), "--bom", str(bad)])
+    assert r.exit_code == 2 and str(bad) in r.output
+    r = CliRunner().invoke(main, ["gate", str(d), "--bom", str(tmp_path / "nope.yaml")])
+    assert r.exit_code == 2 and "nope.yaml" in r.output and "not found" in r.output
     assert CliRunner().invoke(main, ["gate", str(d), "--instance-type", "p9.huge"]).exit_code == 2
 
 

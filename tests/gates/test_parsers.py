@@ -347,25 +347,6 @@ def test_nccl_debug_socket_fallback(own):
 
 # ------------------------------------------------------------------ system probes
 
-def test_versions_json_extraction():
-    from infra.gates import synth
-
-    v = system.parse_versions(synth.versions_json(synth.NodeSpec(slot="n")))
-    assert v.problems == ()
-    assert v.versions == synth.DEFAULT_VERSIONS
-    bad = system.parse_versions(json.dumps({"dcgm": "command not found", "mystery": "1.0"}))
-    assert "dcgm" not in bad.versions and len(bad.problems) == 2
-    assert system.parse_versions("[").problems
-
-
-@pytest.mark.parametrize("expected, measured, ok", [
-    ("12.4", "12.4.131", True), ("12.4.131", "12.4.131", True), ("12.4", "12.40.1", False),
-    ("535.183.01", "535.183.06", False), ("1.11.0-aws", "1.11.0-aws", True), ("2.21.5", "2.21", False),
-])
-def test_version_matches(expected, measured, ok):
-    assert system.version_matches(expected, measured) is ok
-
-
 def test_lustre_and_smi_l_and_systemctl():
     assert system.parse_lustre_check("mount: /fsx 10.0.0.1@tcp:/x\nwritable: yes\n").writable is True
     lc = system.parse_lustre_check("mount: \nwritable: no\n")

@@ -173,11 +173,3 @@ def test_dcgm_json_matches_reference(i):
                                   "  1073741824  268435456  float  sum  -1", "#  size:", ":", "", "12:", "a: b", "\u0661: x"])
 def test_rank_prefix_matches_reference(line):
     assert common.strip_rank_prefix(line) == common.RANK_PREFIX.sub("", line, count=1)
-
-
-@pytest.mark.parametrize("pair", [("12.4", "12.4.131"), ("12.4", "12.40"), ("535.183.01", "535.183.01"),
-                                  ("v1.11.0-aws", "1.11.0-aws"), ("1.22.0amzn1.0", "1.22.0"), ("", ""), ("6.1", "6.1.112-x")])
-def test_version_matches_repeatable(pair):
-    from infra.gates.parsers import system
-    for _ in range(2):  # again, from the table
-        assert system.version_matches(*pair) == system._version_matches(*pair)

@@ -121,3 +121,23 @@ def strip_rank_prefix(line: str) -> str:
     if ":" not in line:  # both prefixes end in ':' (a result row has none)
         return line
     return RANK_PREFIX.sub("", line, count=1)
+
+
+# How a shell says a command is absent: `bash: line 1: dcgmi: command not found` (bash),
+# `/bin/sh: 1: dcgmi: not found` (dash), `...: all_reduce_perf: No such file or directory` (a path).
+_ABSENT = re.compile(r"^(?:.*?: )?(\S+): (?:command not found|not found|No such file or directory)\s*$", re.M)
+
+
+def missing_tool(text: str, exit_code: int | None) -> str | None:
+    """The shell's line saying the command is absent, or None when the tool ran.
+
+    Why not just exit 127: a collector may not record the exit code, and a tool that ran may
+    print a file path it could not open; the shell's own line is only trusted when it is the
+    output's first line (or the exit code is 127, the shell's code for "command not found").
+    """
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if exit_code == 127:
+        return first or "exit 127 (command not found)"
+    if first and _ABSENT.match(first) and ("command not found" in first or ": not found" in first):
+        return first
+    return None

@@ -1,5 +1,5 @@
 """Small system probes: systemctl is-active, the Lustre probe, `nvidia-smi -L` in a container,
-and versions.json (raw stdout of each version command, read with one regex per key).
+and versions.json (raw output of each version command, read with its component's pattern).
 
 Why raw stdout in versions.json: the collector decides nothing, so version extraction (and its
 failure) happens here, where it is tested.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from infra.gates import versions
 from infra.gates.parsers.common import ParseModel
 
 
@@ -61,27 +62,19 @@ def parse_nvidia_smi_l(text: str) -> GpuList:
     return GpuList(gpus=tuple(gpus), uuids=tuple(uuids))
 
 
-# key -> regex capturing the version in the raw stdout of that key's command (see BUNDLE.md)
-VERSION_PATTERNS: dict[str, re.Pattern[str]] = {
-    "nvidia_driver": re.compile(r"(?:Kernel Module(?: for \w+)?\s+|^)(\d{3}\.\d+(?:\.\d+)?)\b", re.M),
-    "fabric_manager": re.compile(r"Fabric Manager version is\s*:?\s*(\d+\.\d+(?:\.\d+)?)"),
-    "cuda": re.compile(r"(?:release \d+\.\d+, V(\d+\.\d+\.\d+)|\"version\"\s*:\s*\"(\d+\.\d+\.\d+)\"|^(\d+\.\d+(?:\.\d+)?)$)",
-                       re.M),
-    "dcgm": re.compile(r"[Vv]ersion\s*:?\s*(\d+\.\d+\.\d+)"),
-    "nccl": re.compile(r"(?:libnccl\.so\.|NCCL version |^)(\d+\.\d+\.\d+)", re.M),
-    "aws_ofi_nccl": re.compile(r"(?:aws-ofi-nccl |^)v?(\d+\.\d+\.\d+(?:-aws)?)", re.M),
-    "efa_installer": re.compile(r"EFA installer version:\s*(\S+)"),
-    "libfabric": re.compile(r"libfabric:\s*(\S+)"),
-    "kernel": re.compile(r"^\s*(\d+\.\d+\.\d+\S*)\s*$", re.M),
-}
-
-
 class Versions(ParseModel):
-    versions: dict[str, str] = {}
+    versions: dict[str, str] = {}  # key -> the version as the tool printed it
+    missing: dict[str, str] = {}  # key -> why the tool is absent ("nvcc: command not found")
+    node_os: str | None = None  # 'al2023', 'ubuntu-22.04', ... from /etc/os-release
     problems: tuple[str, ...] = ()
 
 
 def parse_versions(text: str) -> Versions:
+    """versions.json: key -> raw output, or key -> {"output": raw, "exit_code": rc} (preflight.yml).
+
+    Each key's version is read with its component's pattern (infra.gates.versions); an absent
+    tool is recorded as missing, an output without a version as a problem.
+    """
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -89,45 +82,27 @@ def parse_versions(text: str) -> Versions:
     if not isinstance(raw, dict):
         return Versions(problems=("versions.json is not an object",))
     found: dict[str, str] = {}
+    missing: dict[str, str] = {}
     problems: list[str] = []
-    for key, out in raw.items():
-        out = "" if out is None else str(out)
-        pat = VERSION_PATTERNS.get(key)
-        if pat is None:
+    os_name = None
+    for key, value in raw.items():
+        rc = None
+        if isinstance(value, dict):
+            rc = value.get("exit_code") if isinstance(value.get("exit_code"), int) else None
+            value = value.get("output")
+        out = "" if value is None else str(value)
+        if key == versions.OS_KEY:
+            os_name = versions.node_os(out)
+            continue
+        if key not in versions.BY_KEY:
             problems.append(f"{key}: no known version pattern")
             continue
-        m = pat.search(out)
-        if m:
-            found[key] = next(g for g in m.groups() if g)
+        v = versions.read_version(key, out)
+        if v is not None:
+            found[key] = v
+        elif versions.tool_missing(out, rc):
+            first = next((ln.strip() for ln in out.splitlines() if ln.strip()), f"exit {rc}")
+            missing[key] = first[:120]
         else:
             problems.append(f"{key}: no version in {out.strip()[:80]!r}")
-    return Versions(versions=found, problems=tuple(problems))
-
-
-_matches: dict[tuple[str, str], bool] = {}  # (expected, measured) -> answer; a cohort has few distinct pairs
-
-
-def version_matches(expected: str, measured: str) -> bool:
-    """Expected '12.4' matches measured '12.4.131'; '535.183.01' must match exactly component-wise (see _version_matches)."""
-    try:
-        return _matches[(expected, measured)]
-    except KeyError:
-        pass
-    except TypeError:
-        return _version_matches(expected, measured)
-    ok = _version_matches(expected, measured)
-    if len(_matches) >= 4096:
-        _matches.clear()
-    _matches[(expected, measured)] = ok
-    return ok
-
-
-def _version_matches(expected: str, measured: str) -> bool:
-    """Expected '12.4' matches measured '12.4.131'; '535.183.01' must match exactly component-wise.
-
-    Why prefix-by-component: a BOM may pin a CUDA minor while tools print the full build; a
-    different component anywhere in the expected part is a mismatch.
-    """
-    e = re.split(r"[.\-+]", expected.strip().lstrip("v"))
-    m = re.split(r"[.\-+]", measured.strip().lstrip("v"))
-    return len(m) >= len(e) and m[:len(e)] == e
+    return Versions(versions=found, missing=missing, node_os=os_name, problems=tuple(problems))
