@@ -247,12 +247,87 @@ class ImageConfig(_Model):
 
 # --- simulator ----------------------------------------------------------------------------
 
+SimFaultKind = Literal[
+    "ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
+    "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
+    "configure-failed",
+]
+SimSystemicFault = Literal["none", "nccl-socket-fallback", "driver-broken"]
+
+
+class SimCapacityShortfall(_Model):
+    """Provisioning of one batch comes back `count` instances short (InsufficientInstanceCapacity)
+    on its first `failedAttempts` provision calls; later calls get the capacity."""
+
+    batch: int = Field(ge=1)
+    count: int = Field(ge=1)
+    failed_attempts: int = Field(default=1, ge=1)
+
+
+class SimBadReplacements(_Model):
+    """`slots` of the faulty slots (permanent faults first) get a replacement with the same fault,
+    for `generations` replacements in a row: what blacklisting a slot needs."""
+
+    slots: int = Field(default=0, ge=0)
+    generations: int = Field(default=1, ge=1)
+
+
+class SimDurations(_Model):
+    """Modelled stage durations (seconds). Nodes of one stage run in parallel."""
+
+    # EC2 p5 launch to SSH/SSM ready: 32 network cards to attach, HGX + NVSwitch init; 5-10 min in practice
+    boot: float = Field(default=480, ge=0)
+    # `pulumi up` of one batch's instances on top of the boot (engine, API calls, waits)
+    provision_api: float = Field(default=90, ge=0)
+    # site.yml on a prebuilt AMI: facts, drivers/EFA verified, services, mounts (~10 min with a package install)
+    configure: float = Field(default=600, ge=0)
+    # pre-pull of the ~20 GB training image from ECR at ~100 MB/s per node
+    image_pull: float = Field(default=200, ge=0)
+    # dcgmi diag per level: r1 seconds, r2 2.5-10.5 min on 8 GPUs (AWS), r3 ~30 min, r4 ~1-2 h (DCGM docs)
+    dcgm_level: dict[int, float] = Field(default_factory=lambda: {1: 60.0, 2: 450.0, 3: 1800.0, 4: 5400.0})
+    # the rest of preflight: nvidia-smi, fi_info, lspci, versions, 1-16 GiB intra-node all_reduce sweep, EFA loopback
+    preflight_other: float = Field(default=180, ge=0)
+    # one multi-node all_reduce_perf run: launch, NCCL init over EFA, 20 iterations at 4 GiB (~30 s + ~40 s)
+    nccl_run: float = Field(default=75, ge=0)
+    # nvidia-smi -r on all GPUs (fabric manager restart included)
+    reset: float = Field(default=60, ge=0)
+    # a p5 reboot: firmware, HGX init, driver load (shorter than a first boot, no ENI attach)
+    reboot: float = Field(default=360, ge=0)
+
+    @field_validator("dcgm_level")
+    @classmethod
+    def _levels(cls, v: dict[int, float]) -> dict[int, float]:
+        if set(v) != {1, 2, 3, 4} or any(s < 0 for s in v.values()):
+            raise ValueError("give a non-negative duration for each DCGM level 1, 2, 3 and 4")
+        return v
+
+
 class SimulatorConfig(_Model):
     """Present only on simulated stacks (`local`, `local-slurm`): the key, not the stack name,
     makes a stack simulated. The real Pulumi program refuses such a stack; the offline preview
-    and the simulator run it under mocks. Owned by `infra.sim` (fault mix, stage durations)."""
+    and the simulator run it under mocks. Owned by `infra.sim` (fault mix, stage durations).
+
+    `faults`: fault kind -> an integer count of nodes, or a share of the fleet's nodes below 1
+    (rounded, at least one). Each faulty node has one fault; placement is seeded and spread over
+    batches. `badLinks`: links between two otherwise healthy nodes that run slow. `systemic`: one
+    fault on every node (a broken NCCL net plugin, an image whose driver does not load).
+    """
 
     seed: int = Field(default=1, ge=0)
+    faults: dict[SimFaultKind, float] = Field(default_factory=dict)
+    bad_links: int = Field(default=0, ge=0)
+    capacity_shortfall: SimCapacityShortfall | None = None
+    systemic: SimSystemicFault = "none"
+    bad_replacements: SimBadReplacements = SimBadReplacements()
+    durations: SimDurations = SimDurations()
+
+    @field_validator("faults")
+    @classmethod
+    def _counts(cls, v: dict[str, float]) -> dict[str, float]:
+        for kind, n in v.items():
+            if n < 0 or (n >= 1 and not float(n).is_integer()):
+                raise ValueError(f"{kind}: {n} is neither a whole count of nodes nor a share below 1")
+        return v
 
 
 # --- the whole spec ------------------------------------------------------------------------

@@ -1,2 +1,23 @@
 """The embedded simulated cloud and fleet behind the `local` stacks: real plan, real Pulumi program
-under mocks, node outputs in the real tools' formats, a fabric model and a virtual clock."""
+under mocks, node outputs in the real tools' formats, a fabric model and a virtual clock.
+
+One entry point::
+
+    cloud = SimulatedCloud.open(spec, plan, project, stack)   # opens or resumes <state_dir>/sim/
+    cloud.provisioner   # infra.rollout.ports.Provisioner: provision(batch, slots), replace(slot, action), inventory()
+    cloud.executor      # infra.rollout.ports.Executor: configure, preflight (bundles under dest/<slot>/), remediate
+    cloud.launcher      # infra.pool.protocol.Launcher: run(specs, timeout_s) -> nccl-tests output per spec
+    cloud.ledger        # what the cloud did (launch/stop/terminate/shortfall), fsync'd JSONL, sim/ledger.jsonl
+    cloud.clock         # VirtualClock: now(); the rollout advances it by the modelled durations
+    cloud.truth()       # the seeded ground truth: faulty slots with expected reason codes, bad links as pairs
+
+The simulator never decides: the real parsers and gates judge what it renders. Its state (the
+ledger, the remediations applied, the captured program) survives a killed process; reopening
+with the same spec gives the same fleet, faults and answers.
+"""
+
+from infra.sim.cloud import NodeProfile, SimulatedCloud
+from infra.sim.clock import EPOCH, VirtualClock
+from infra.sim.faults import EFFECTS, FaultEffect, SlotTruth, Truth
+
+__all__ = ["SimulatedCloud", "NodeProfile", "VirtualClock", "EPOCH", "Truth", "SlotTruth", "FaultEffect", "EFFECTS"]

@@ -1,0 +1,156 @@
+"""The simulated cloud: the fleet from the real plan and the real Pulumi program under mocks,
+seeded faults, durable state, and the three adapters built on it.
+
+Why the real program: the instances (names, ids, private IPs) are whatever `infra/__main__.py`
+registers under `pulumi.runtime.set_mocks` with every batch raised, so the simulator exercises
+the real infrastructure code. It runs once per stack state: the captured instance list is cached
+under `<state_dir>/sim/program.json`, keyed by the spec, and a resumed process reads it back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import infra
+from infra import catalog
+from infra.bom import Bom, load_bom
+from infra.errors import ConfigError, ProvisioningError
+from infra.plan.model import ClusterPlan, NodeSlot
+from infra.project import Project
+from infra.sim import world as W
+from infra.sim.clock import VirtualClock
+from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
+from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, kernel_release, versions_key
+from infra.spec import ClusterSpec, SimulatorConfig
+
+INSTANCE_TYPE = "aws:ec2/instance:Instance"
+# the version keys a preflight bundle reports (versions.json, BUNDLE.md)
+BUNDLE_VERSION_KEYS = ("nvidia_driver", "fabric_manager", "cuda", "dcgm", "nccl", "aws_ofi_nccl", "efa_installer",
+                       "libfabric", "kernel")
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    """One instance as the simulator sees it: who it is and what is wrong with it right now."""
+
+    who: NodeIdentity
+    generation: int
+    fault: str | None  # the instance's fault still present after remediation
+    seeded_fault: str | None  # the fault it was launched with
+    systemic: str
+    factor: float  # bandwidth factor (jitter around 1.0)
+
+    @property
+    def reachable(self) -> bool:
+        return self.fault != "unreachable"
+
+
+def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict[str, dict[str, str]]:
+    """slot -> {instance_id, private_ip} as the real program registers them under mocks, every batch up."""
+    from infra.cloud.capture import capture_program
+
+    cap = capture_program(spec, stack=stack, target_batch=len(plan.batches))
+    slots = {s.name for s in plan.nodes}
+    out = {}
+    for r in cap.of_type(INSTANCE_TYPE):
+        if r.name in slots:  # GPU nodes only (a Slurm head node is an instance too)
+            out[r.name] = {"instance_id": r.outputs["id"], "private_ip": r.outputs["privateIp"]}
+    missing = [s.name for s in plan.nodes if s.name not in out]
+    if missing:
+        raise ProvisioningError(f"the Pulumi program registered no instance for {len(missing)} slot(s) "
+                                f"of the plan, e.g. {missing[0]}")
+    return out
+
+
+def program_cache_key(spec: ClusterSpec, stack: str) -> str:
+    """What the captured instances depend on: the stack, its whole spec, the code version."""
+    return W.cache_key(stack, spec.model_dump_json(by_alias=True), infra.__version__)
+
+
+class SimulatedCloud:
+    """Entry point: `SimulatedCloud.open(spec, plan, project, stack)`.
+
+    Attributes the rollout builds on: `provisioner` (infra.rollout.ports.Provisioner),
+    `executor` (Executor), `launcher` (infra.pool.protocol.Launcher), `ledger` (what the cloud
+    did, infra.sim.world.Ledger), `clock` (VirtualClock), `truth()` (the seeded ground truth).
+    """
+
+    def __init__(self, spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str,
+                 program: dict[str, dict[str, str]], bom: Bom) -> None:
+        assert spec.simulator is not None
+        self.spec, self.plan, self.project, self.stack = spec, plan, project, stack
+        self.config: SimulatorConfig = spec.simulator
+        self.sku = catalog.get(plan.instance_type)
+        self.program = program
+        self.dir = project.state_dir(stack) / "sim"
+        self.ledger = W.Ledger(self.dir / W.LEDGER)
+        self.remedies = W.Remedies(self.dir / W.REMEDIES)
+        self.faults: FaultPlan = place_faults(plan, self.config)
+        self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
+        pins = bom.for_os(spec.image.os)
+        versions = bom.component_versions(spec.image.os)
+        versions["kernel"] = kernel_release(spec.image.os, pins.kernel.minimum)
+        self.versions = {k: versions[k] for k in BUNDLE_VERSION_KEYS}
+        self.clock = VirtualClock()
+        self.writer = BundleWriter()
+        self._subnet = ipaddress.IPv4Network(plan.network.compute.cidr)
+        self._last_planned_ip = max(int(ipaddress.IPv4Address(p["private_ip"])) for p in program.values())
+        from infra.sim.executor import SimExecutor
+        from infra.sim.fabric import SimLauncher
+        from infra.sim.provisioner import SimProvisioner
+
+        self.provisioner = SimProvisioner(self)
+        self.executor = SimExecutor(self)
+        self.launcher = SimLauncher(self)
+
+    @classmethod
+    def open(cls, spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> "SimulatedCloud":
+        """Open (or resume) the simulated cloud of a simulated stack; state under `<state_dir>/sim/`."""
+        if spec.simulator is None:
+            raise ConfigError("not a simulated stack", path=str(project.stack_file(stack)), field="gpufleet:simulator",
+                              expected="a `gpufleet:simulator` key (the local stacks have one)")
+        bom = load_bom(project.path(spec.image.bom))
+        directory = project.state_dir(stack) / "sim"
+        directory.mkdir(parents=True, exist_ok=True)
+        key = program_cache_key(spec, stack)
+        program = W.read_program_cache(directory / W.PROGRAM, key)
+        if program is None:
+            program = captured_instances(spec, plan, stack)
+            W.write_program_cache(directory / W.PROGRAM, key, program)
+        return cls(spec, plan, project, stack, program, bom)
+
+    # ---- ground truth
+    def truth(self) -> Truth:
+        return self.faults.truth()
+
+    # ---- identities
+    def first_instance(self, slot: NodeSlot) -> W.SimInstance:
+        p = self.program[slot.name]
+        return W.SimInstance(slot.name, p["instance_id"], p["private_ip"], slot.batch, slot.block, 0)
+
+    def replacement_instance(self, slot: NodeSlot, generation: int) -> W.SimInstance:
+        """A deterministic new id; the IP is the next free address of the compute subnet after the
+        highest one the program gave a planned slot, one per replacement in ledger order."""
+        offset = self._last_planned_ip + 1 + self.ledger.replacements()
+        if offset >= int(self._subnet.broadcast_address):
+            raise ProvisioningError(f"the compute subnet {self._subnet} has no address left for a replacement "
+                                    f"of {slot.name}")
+        iid = "i-" + W.cache_key(self.stack, slot.name, str(generation))[:17]
+        return W.SimInstance(slot.name, iid, str(ipaddress.IPv4Address(offset)), slot.batch, slot.block, generation)
+
+    def profile(self, inst: W.SimInstance) -> NodeProfile:
+        seeded = self.faults.fault_of(inst.slot, inst.generation)
+        fault = active_faults(seeded, self.remedies.of(inst.instance_id))
+        who = NodeIdentity(inst.slot, inst.instance_id, inst.private_ip, inst.batch, inst.block, self.stack)
+        return NodeProfile(who=who, generation=inst.generation, fault=fault, seeded_fault=seeded,
+                           systemic=self.config.systemic,
+                           factor=jitter(self.config.seed, inst.slot, inst.generation))
+
+    def look(self, p: NodeProfile) -> NodeLook:
+        return NodeLook(instance_type=self.sku.name, versions=versions_key(self.versions), fault=p.fault,
+                        systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
+
+    def running(self, instance_id: str) -> W.SimInstance | None:
+        inst = self.ledger.instance(instance_id)
+        return inst if inst is not None and inst.state == "running" else None

@@ -1,0 +1,90 @@
+"""The simulated Executor: configure, preflight bundles, remediation, on the simulated fleet.
+
+It never decides: a configure failure or an unreachable host is what ansible-runner would report;
+preflight writes each reachable node's raw outputs (infra/gates/BUNDLE.md) and the real gates
+judge them. Remediation changes the node (a reset applies a pending row remap; a reboot also
+starts a new kernel log and a fresh GSP), so the retest shows what is left; bad hardware stays.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
+from infra.sim.faults import CONFIGURE_FAILED_TASK
+from infra.sim.world import SimInstance
+
+if TYPE_CHECKING:
+    from infra.sim.cloud import NodeProfile, SimulatedCloud
+
+
+def unreachable_message(ip: str) -> str:
+    return f"Failed to connect to the host via ssh: ssh: connect to host {ip} port 22: Connection timed out"
+
+
+class SimExecutor:
+    def __init__(self, cloud: "SimulatedCloud") -> None:
+        self.cloud = cloud
+
+    def _profile(self, instance: Instance) -> "NodeProfile | None":
+        inst: SimInstance | None = self.cloud.running(instance.instance_id)
+        return None if inst is None else self.cloud.profile(inst)
+
+    def _gone(self, instance: Instance) -> HostOutcome:
+        """An instance that is not running (stopped, replaced, never launched) answers nothing."""
+        return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
+                           message=f"{instance.instance_id} is not running")
+
+    def configure(self, instances: Sequence[Instance]) -> StageResult:
+        d = self.cloud.config.durations
+        stage = d.configure + d.image_pull
+        hosts = {}
+        for i in instances:
+            p = self._profile(i)
+            if p is None:
+                hosts[i.slot] = self._gone(i)
+            elif not p.reachable:
+                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.UNREACHABLE,
+                                            message=unreachable_message(p.who.private_ip), duration_s=stage)
+            elif p.fault == "configure-failed":
+                hosts[i.slot] = HostOutcome(
+                    slot=i.slot, status=HostStatus.FAILED, task=CONFIGURE_FAILED_TASK, duration_s=d.configure / 2,
+                    message="non-zero return code: E: Sub-process /usr/bin/dpkg returned an error code (1); "
+                            "nvidia-dkms: modprobe: ERROR: could not insert 'nvidia': No such device")
+            else:
+                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.OK, duration_s=stage)
+        return StageResult(hosts=hosts, duration_s=stage if instances else 0.0)
+
+    def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:
+        c = self.cloud
+        d = c.config.durations
+        stage = d.dcgm_level[c.spec.gates.dcgm_level] + d.preflight_other
+        started = c.clock.now()
+        dest = Path(dest)
+        hosts = {}
+        for i in instances:
+            p = self._profile(i)
+            if p is None:
+                hosts[i.slot] = self._gone(i)
+            elif not p.reachable:
+                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.UNREACHABLE,
+                                            message=unreachable_message(p.who.private_ip), duration_s=stage)
+            else:
+                c.writer.write(dest / i.slot, c.look(p), p.who, started)
+                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.OK, duration_s=stage)
+        return StageResult(hosts=hosts, duration_s=stage if instances else 0.0)
+
+    def remediate(self, instance: Instance, action: RemediateAction) -> HostOutcome:
+        d = self.cloud.config.durations
+        if action not in ("reset-gpu", "reboot"):
+            raise ValueError(f"unknown remediation {action!r}; expected reset-gpu or reboot")
+        p = self._profile(instance)
+        if p is None:
+            return self._gone(instance)
+        took = d.reset if action == "reset-gpu" else d.reboot
+        if not p.reachable:
+            return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
+                               message=unreachable_message(p.who.private_ip), duration_s=took)
+        self.cloud.remedies.add(instance.instance_id, action)
+        return HostOutcome(slot=instance.slot, status=HostStatus.OK, duration_s=took)

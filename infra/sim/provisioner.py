@@ -1,0 +1,95 @@
+"""The simulated Provisioner: slots to instances, as `pulumi up` with a raised batch target would.
+
+Semantics kept from the real adapter (infra.rollout.ports.Provisioner): `provision(k, slots)`
+makes batches 1..k exist (so a slot a previous call left short is retried too) and returns the
+requested slots' instances; a slot that already has an instance is returned, never relaunched.
+A configured capacity shortfall leaves the last slots of one batch without an instance for the
+first calls (InsufficientInstanceCapacity), then capacity frees up. Every effect is in the ledger
+before the call returns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from infra.errors import ProvisioningError
+from infra.plan.model import NodeSlot
+from infra.rollout.ports import Instance, ProvisionResult, ReplaceAction
+from infra.sim.world import SimInstance
+
+if TYPE_CHECKING:
+    from infra.sim.cloud import SimulatedCloud
+
+ICE = ("InsufficientInstanceCapacity: We currently do not have sufficient {t} capacity in the Availability Zone "
+       "you requested ({az}). Our system will be working on provisioning additional capacity.")
+
+
+def port_instance(i: SimInstance) -> Instance:
+    return Instance(slot=i.slot, instance_id=i.instance_id, batch=i.batch, block=i.block, private_ip=i.private_ip)
+
+
+class SimProvisioner:
+    def __init__(self, cloud: "SimulatedCloud") -> None:
+        self.cloud = cloud
+
+    def provision(self, batch: int, slots: Sequence[NodeSlot]) -> ProvisionResult:
+        c = self.cloud
+        if not 1 <= batch <= len(c.plan.batches):
+            raise ProvisioningError(f"batch {batch} is not in the plan (batches 1..{len(c.plan.batches)})")
+        unknown = [s.name for s in slots if s.name not in c.slots]
+        if unknown:
+            raise ProvisioningError(f"slot(s) not in the plan: {', '.join(unknown[:5])}")
+        current = c.ledger.current()
+        launched, events = [], []
+        short: dict[str, str] = {}
+        for slot in c.plan.nodes:  # a stopped or terminated slot gets a new instance only through replace
+            if slot.batch > batch or slot.name in current or c.ledger.newest_generation(slot.name) is not None:
+                continue
+            if c.ledger.shortfalls(slot.name) < c.faults.shortfall.get(slot.name, 0):
+                events.append({"event": "shortfall", "slot": slot.name, "batch": slot.batch})
+                short[slot.name] = ICE.format(t=c.sku.name, az=c.plan.availability_zone)
+                continue
+            inst = c.first_instance(slot)
+            launched.append(inst)
+            events.append(_launch(inst, "provision"))
+        c.ledger.append(events)
+        current = c.ledger.current()
+        instances = {s.name: port_instance(current[s.name]) for s in slots if s.name in current}
+        shortfall = {s.name: short.get(s.name, "no capacity for this slot yet") for s in slots
+                     if s.name not in current}
+        d = c.config.durations
+        duration = d.provision_api + d.boot if launched else 0.0
+        return ProvisionResult(instances=instances, shortfall=shortfall, duration_s=duration)
+
+    def replace(self, slot: NodeSlot, action: ReplaceAction, *, instance_id: str | None = None) -> Instance:
+        """Stop (and report) or terminate the slot's instance, launch a new one into the slot.
+
+        `instance_id`, when given, is the instance the caller means to replace: if the slot already
+        runs another one, that replacement happened (a resumed caller repeating itself) and the
+        current instance is returned, launching nothing."""
+        c = self.cloud
+        if slot.name not in c.slots:
+            raise ProvisioningError(f"slot {slot.name} is not in the plan")
+        if action not in ("stop-and-report", "terminate"):
+            raise ProvisioningError(f"unknown replace action {action!r}; expected stop-and-report or terminate")
+        old = c.ledger.current().get(slot.name)
+        if instance_id is not None and old is not None and old.instance_id != instance_id:
+            return port_instance(old)
+        newest = c.ledger.newest_generation(slot.name)
+        generation = 0 if newest is None else newest + 1
+        new = c.first_instance(slot) if generation == 0 else c.replacement_instance(slot, generation)
+        events = []
+        if old is not None:
+            events.append({"event": "stop" if action == "stop-and-report" else "terminate", "slot": slot.name,
+                           "instance_id": old.instance_id})
+        events.append(_launch(new, "replace"))
+        c.ledger.append(events)
+        return port_instance(new)
+
+    def inventory(self) -> Mapping[str, Instance]:
+        return {slot: port_instance(i) for slot, i in sorted(self.cloud.ledger.current().items())}
+
+
+def _launch(inst: SimInstance, by: str) -> dict:
+    return {"event": "launch", "slot": inst.slot, "instance_id": inst.instance_id, "private_ip": inst.private_ip,
+            "batch": inst.batch, "block": inst.block, "generation": inst.generation, "by": by}

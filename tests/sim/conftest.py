@@ -1,0 +1,69 @@
+"""Simulated clouds on small stacks in temporary projects, each Pulumi program captured once.
+
+Why a temporary project: the simulator keeps its state under `<project>/.gpufleet/<stack>/sim/`;
+tests must neither share state nor write into the checkout. Why a capture cache: running the real
+program under mocks costs seconds; a cloud opened on the same spec reads the cached capture, as a
+resumed rollout does.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from infra.plan import build_plan
+from infra.project import Project, load_project
+from infra.sim import SimulatedCloud
+from infra.sim import world as W
+from infra.sim.cloud import captured_instances, program_cache_key
+from infra.spec import ClusterSpec, load_stack_path
+
+REPO = Path(__file__).resolve().parents[2]
+ALL_KINDS = ("ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
+             "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
+             "configure-failed")
+_programs: dict[str, dict] = {}
+
+
+def make_spec(target_gpus: int = 320, **simulator: Any) -> ClusterSpec:
+    """The local stack at another size (default 40 nodes) with the given `gpufleet:simulator`."""
+    base = load_stack_path(REPO / "stacks" / "Pulumi.local.yaml")
+    raw = base.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["cluster"]["targetGpus"] = target_gpus
+    units = target_gpus // raw["cluster"]["unitGpus"]
+    raw["partitions"] = [{"name": "train", "mode": "data-parallel", "units": units}]
+    raw["simulator"] = {"seed": 1, **simulator}
+    return ClusterSpec.from_raw(raw, source="test")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    root = tmp_path / "proj"
+    root.mkdir()
+    shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
+    shutil.copytree(REPO / "stacks", root / "stacks")
+    shutil.copytree(REPO / "images", root / "images")
+    return load_project(root)
+
+
+def open_cloud(spec: ClusterSpec, project: Project, stack: str = "local") -> SimulatedCloud:
+    """SimulatedCloud.open, with the program captured once per spec for the whole session."""
+    key = program_cache_key(spec, stack)
+    plan = build_plan(spec)
+    if key not in _programs:
+        _programs[key] = captured_instances(spec, plan, stack)
+    directory = project.state_dir(stack) / "sim"
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / W.PROGRAM).exists():
+        W.write_program_cache(directory / W.PROGRAM, key, _programs[key])
+    return SimulatedCloud.open(spec, plan, project, stack)
+
+
+@pytest.fixture
+def cloud_for(project: Project) -> Callable[..., SimulatedCloud]:
+    def make(spec: ClusterSpec, stack: str = "local") -> SimulatedCloud:
+        return open_cloud(spec, project, stack)
+    return make
