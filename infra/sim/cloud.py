@@ -21,13 +21,11 @@ from infra.project import Project
 from infra.sim import world as W
 from infra.sim.clock import VirtualClock
 from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
-from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, kernel_release, versions_key
+from infra.gates import synth
+from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, versions_key
 from infra.spec import ClusterSpec, SimulatorConfig
 
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
-# the version keys a preflight bundle reports (versions.json, BUNDLE.md)
-BUNDLE_VERSION_KEYS = ("nvidia_driver", "fabric_manager", "cuda", "dcgm", "nccl", "aws_ofi_nccl", "efa_installer",
-                       "libfabric", "kernel")
 
 
 @dataclass(frozen=True)
@@ -88,10 +86,8 @@ class SimulatedCloud:
         self.remedies = W.Remedies(self.dir / W.REMEDIES)
         self.faults: FaultPlan = place_faults(plan, self.config)
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
-        pins = bom.for_os(spec.image.os)
-        versions = bom.component_versions(spec.image.os)
-        versions["kernel"] = kernel_release(spec.image.os, pins.kernel.minimum)
-        self.versions = {k: versions[k] for k in BUNDLE_VERSION_KEYS}
+        self.bom = bom
+        self.versions = synth.bom_versions(bom, spec.image.os)  # what a node built from the BOM runs
         self.clock = VirtualClock()
         self.writer = BundleWriter()
         self._subnet = ipaddress.IPv4Network(plan.network.compute.cidr)
@@ -148,7 +144,8 @@ class SimulatedCloud:
                            factor=jitter(self.config.seed, inst.slot, inst.generation))
 
     def look(self, p: NodeProfile) -> NodeLook:
-        return NodeLook(instance_type=self.sku.name, versions=versions_key(self.versions), fault=p.fault,
+        return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=versions_key(self.versions),
+                        fault=p.fault,
                         systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
 
     def running(self, instance_id: str) -> W.SimInstance | None:

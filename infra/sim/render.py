@@ -53,11 +53,6 @@ def healthy_intra_busbw(sku: catalog.InstanceType) -> float:
     return round(sku.intra_node_busbw_floor_gbs / 0.9, 1)
 
 
-def kernel_release(os_name: str, minimum: str) -> str:
-    """`uname -r` for the BOM's minimum kernel on the node OS."""
-    return f"{minimum}-165.249.amzn2023.x86_64" if os_name == "al2023" else minimum
-
-
 def skewed(version: str) -> str:
     """The previous minor release of a version (2.27.5 -> 2.26.5): the typical stale-image skew."""
     parts = version.split(".")
@@ -73,6 +68,7 @@ class NodeLook:
     """What decides a bundle's content apart from names: the template key."""
 
     instance_type: str
+    os: str  # the node OS as the BOM names it
     versions: tuple[tuple[str, str], ...]
     fault: str | None
     systemic: str
@@ -112,7 +108,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
         versions["nccl"] = skewed(versions["nccl"])
     busbw = healthy_intra_busbw(sku) * look.factor * (SLOW_NVLINK_FACTOR if look.fault == "slow-nvlink" else 1.0)
     node = synth.NodeSpec(slot="template", instance_type=look.instance_type, faults=frozenset(faults),
-                          intra_busbw=round(busbw, 2), versions=versions)
+                          intra_busbw=round(busbw, 2), versions=versions, os=look.os)
     files = synth.node_files(node)
     files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
     rc: dict[str, int] = {}

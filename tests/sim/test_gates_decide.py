@@ -10,6 +10,7 @@ import pytest
 from infra.gates.bundle import find_bundles, read_bundle
 from infra.gates.evaluate import gate_cohort
 from infra.gates.settings import GateSettings
+from infra.gates.versions import expectations
 from infra.gates.verdict import Action
 from infra.rollout.ports import HostStatus
 from infra.sim import EFFECTS
@@ -20,8 +21,9 @@ from .conftest import ALL_KINDS, make_spec
 def gate(cloud, instances, dest: Path, previous=None):
     res = cloud.executor.preflight(instances, dest)
     bundles = [read_bundle(f) for f in find_bundles(dest)]
-    settings = GateSettings(instance_type=cloud.sku.name, expected_versions=cloud.versions,
-                            dcgm_level=cloud.spec.gates.dcgm_level)
+    settings = GateSettings(instance_type=cloud.sku.name, dcgm_level=cloud.spec.gates.dcgm_level,
+                            expected_versions=expectations(cloud.bom, cloud.spec.image.os, cloud.spec.pool.type),
+                            pool=cloud.spec.pool.type)
     return res, {r.slot: r for r in gate_cohort(bundles, settings, previous=previous)}
 
 
