@@ -1,0 +1,333 @@
+"""The rollout's state: a fold over journal events, and the transitions it allows.
+
+Why a fold and nothing else: the journal is the only source of truth (DESIGN.md section 6). A
+resumed rollout rebuilds exactly this state from the events and continues from it, so nothing
+decided is redone and nothing is lost. Pure: no I/O, no clock.
+
+An event is a JSON object with a `type`; the journal adds `seq`, `at`, `stack` and `version`.
+One event may move many nodes at once (a stage over a batch is one action, so one fsync):
+
+    {"type": "rollout", "to": "started" | "finished" | "halted", "reason": ..., "batches": [1, 2, ...]}
+    {"type": "batch", "batch": k, "to": "running" | "passed" | "halted", "reason": ...}
+    {"type": "nodes", "batch": k, "to": <NodeStage>, "nodes": {slot: {field: value}}, "stage": ..., "duration_s": ...}
+    {"type": "decided", "batch": k, "nodes": {slot: {"action": ..., "record_digest": ..., "reason_code": ...}}}
+    {"type": "retest", "batch": k, "nodes": {slot: {"outcome": {...}, "action": "reset-gpu"}}, "duration_s": ...}
+    {"type": "network", "batch": k, "link_faults": [[a, b]], "ring_faults": [[...]], "scales": {...}, ...}
+    {"type": "stage", "batch": k, "stage": ..., "duration_s": ...}  (time spent with no node moving)
+
+An illegal transition is a bug in the orchestrator (or a journal edited by hand): it raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+from infra.errors import GpufleetError
+from infra.gates.verdict import NodeOutcome
+
+
+class IllegalTransition(GpufleetError):
+    """An event asks for a move the state machine forbids (an orchestrator bug). Exit code 1."""
+
+
+class NodeStage(str, Enum):
+    PLANNED = "planned"
+    PROVISIONING = "provisioning"  # provision (or a replacement) requested, no instance recorded yet
+    PROVISIONED = "provisioned"
+    CONFIGURING = "configuring"  # registered pending in the pool, configure running
+    CONFIGURED = "configured"  # ready for preflight (also after a remediation, for the one retest)
+    PREFLIGHT = "preflight"  # bundles collected for the current attempt; gates next
+    BASELINE = "baseline"  # passed the per-node gates; multi-node baselines next
+    ADMITTED = "admitted"
+    QUARANTINED = "quarantined"
+    REPLACED = "replaced"  # the slot's instance is being replaced (spare consumed); provisioned next
+
+    @property
+    def terminal(self) -> bool:
+        return self in (NodeStage.ADMITTED, NodeStage.QUARANTINED)
+
+
+S = NodeStage
+NODE_TRANSITIONS: Mapping[NodeStage, frozenset[NodeStage]] = {
+    S.PLANNED: frozenset({S.PROVISIONING}),
+    S.PROVISIONING: frozenset({S.PROVISIONED, S.PROVISIONING}),  # a capacity shortfall is asked again
+    S.PROVISIONED: frozenset({S.CONFIGURING}),
+    S.CONFIGURING: frozenset({S.CONFIGURED, S.QUARANTINED}),
+    S.CONFIGURED: frozenset({S.PREFLIGHT, S.QUARANTINED}),  # unreachable at preflight
+    S.PREFLIGHT: frozenset({S.BASELINE, S.QUARANTINED}),
+    S.BASELINE: frozenset({S.ADMITTED, S.QUARANTINED}),
+    S.ADMITTED: frozenset(),
+    S.QUARANTINED: frozenset({S.REPLACED}),
+    S.REPLACED: frozenset({S.PROVISIONED}),
+}
+RETEST_FROM = frozenset({S.PREFLIGHT, S.BASELINE})
+
+
+class BatchStage(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PASSED = "passed"
+    HALTED = "halted"
+
+
+BATCH_TRANSITIONS: Mapping[BatchStage, frozenset[BatchStage]] = {
+    BatchStage.PENDING: frozenset({BatchStage.RUNNING}),
+    BatchStage.RUNNING: frozenset({BatchStage.PASSED, BatchStage.HALTED}),
+    BatchStage.PASSED: frozenset(),
+    BatchStage.HALTED: frozenset(),
+}
+
+
+@dataclass
+class Decision:
+    """A verdict journaled before the pool is told (so a crash in between never re-tests)."""
+
+    action: str  # "admit" | "quarantine"
+    record_digest: str | None = None
+    reason_code: str | None = None
+    reason: str = ""
+    record: dict[str, Any] | None = None  # the admission record (absent for configure/reachability failures)
+
+
+@dataclass
+class NodeState:
+    slot: str
+    batch: int
+    stage: NodeStage = NodeStage.PLANNED
+    instance_id: str | None = None
+    address: str | None = None  # private IP
+    attempt: int = 1  # gating attempt of the current instance (2 after the one retest)
+    previous: NodeOutcome | None = None  # the REMEDIATE outcome a retest is judged against
+    decision: Decision | None = None
+    reason_code: str | None = None  # of the last quarantine
+    reason: str = ""
+    record_digest: str | None = None  # of the admission record the node was admitted with
+    replacements: int = 0  # spares this slot consumed
+    shortfall: str | None = None  # why the provider gave no instance (capacity)
+    provision_requests: int = 0  # provision calls for this slot's current instance (capacity retries)
+    bundle: str | None = None  # the current attempt's bundle, relative to the state dir
+    gate_record: dict[str, Any] | None = None  # the per-node gates' record, before the multi-node baselines
+    record: dict[str, Any] | None = None  # the record of the last decision (kept after it is applied)
+    blacklisted: bool = False
+    history: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # (stage, instance, code)
+
+    @property
+    def has_instance(self) -> bool:
+        return self.stage not in (S.PLANNED, S.PROVISIONING, S.REPLACED)
+
+
+@dataclass
+class BatchState:
+    number: int
+    stage: BatchStage = BatchStage.PENDING
+    reason: str = ""
+    durations: dict[str, float] = field(default_factory=dict)  # stage -> modelled or measured seconds
+    link_faults: list[tuple[str, str]] = field(default_factory=list)
+    ring_faults: list[tuple[str, ...]] = field(default_factory=list)
+    scales: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "4" -> runs at that node count
+    first_failures: set[str] = field(default_factory=set)  # slots whose first instance failed
+    preflight_rounds: int = 0  # bundles/<batch>/<round>/ folders used so far
+
+    def add_duration(self, stage: str, seconds: float | None) -> None:
+        if seconds:
+            self.durations[stage] = self.durations.get(stage, 0.0) + float(seconds)
+
+
+@dataclass
+class RolloutState:
+    started: bool = False
+    finished: bool = False
+    halted: bool = False
+    halt_reason: str = ""
+    batches: dict[int, BatchState] = field(default_factory=dict)
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    last_seq: int = 0
+    events: int = 0
+
+    @property
+    def spares_used(self) -> int:
+        return sum(n.replacements for n in self.nodes.values())
+
+    def batch_nodes(self, batch: int) -> list[NodeState]:
+        return [n for n in self.nodes.values() if n.batch == batch]
+
+    def node(self, slot: str, batch: int | None = None) -> NodeState:
+        n = self.nodes.get(slot)
+        if n is None:
+            if batch is None:
+                raise IllegalTransition(f"{slot}: no such node in the journal")
+            n = self.nodes[slot] = NodeState(slot=slot, batch=batch)
+        return n
+
+    def batch(self, number: int) -> BatchState:
+        b = self.batches.get(number)
+        if b is None:
+            b = self.batches[number] = BatchState(number=number)
+        return b
+
+    @property
+    def unfinished(self) -> bool:
+        return self.started and not self.finished and not self.halted
+
+
+# ------------------------------------------------------------------------------ the fold
+
+def fold(events: Iterable[Mapping[str, Any]]) -> RolloutState:
+    state = RolloutState()
+    for e in events:
+        apply(state, e)
+    return state
+
+
+def apply(state: RolloutState, event: Mapping[str, Any]) -> RolloutState:
+    """Apply one event in place (and return the state). Raises IllegalTransition."""
+    kind = event.get("type")
+    handler = _HANDLERS.get(kind)  # type: ignore[arg-type]
+    if handler is None:
+        raise IllegalTransition(f"event {event.get('seq')}: unknown event type {kind!r}")
+    seq = event.get("seq")
+    if isinstance(seq, int):
+        if seq <= state.last_seq:
+            raise IllegalTransition(f"event {seq}: sequence number not after {state.last_seq}")
+        state.last_seq = seq
+    try:
+        handler(state, event)
+    except IllegalTransition as exc:
+        raise IllegalTransition(f"event {seq}: {exc}") from None
+    state.events += 1
+    return state
+
+
+def _rollout(state: RolloutState, e: Mapping[str, Any]) -> None:
+    to = e["to"]
+    if to == "started":
+        if state.finished or state.halted:
+            raise IllegalTransition("a finished or halted rollout cannot start again")
+        state.started = True
+        for number in e.get("batches", ()):
+            state.batch(int(number))
+    elif to == "finished":
+        state.finished = True
+    elif to == "halted":
+        state.halted, state.halt_reason = True, e.get("reason", "")
+    else:
+        raise IllegalTransition(f"rollout cannot go to {to!r}")
+
+
+def _batch(state: RolloutState, e: Mapping[str, Any]) -> None:
+    if state.halted and e["to"] != BatchStage.HALTED.value:
+        raise IllegalTransition("the rollout is halted: no batch may move")
+    b = state.batch(int(e["batch"]))
+    to = BatchStage(e["to"])
+    if to not in BATCH_TRANSITIONS[b.stage]:
+        raise IllegalTransition(f"batch {b.number}: {b.stage.value} -> {to.value} is not allowed")
+    b.stage, b.reason = to, e.get("reason", "")
+    b.add_duration(e.get("stage", "batch"), e.get("duration_s"))
+
+
+def _nodes(state: RolloutState, e: Mapping[str, Any]) -> None:
+    batch = int(e["batch"])
+    to = NodeStage(e["to"])
+    if state.batch(batch).stage is not BatchStage.RUNNING:
+        raise IllegalTransition(f"batch {batch} is {state.batch(batch).stage.value}: its nodes cannot move")
+    for slot, data in e["nodes"].items():
+        data = data or {}
+        n = state.node(slot, batch)
+        if n.batch != batch:
+            raise IllegalTransition(f"{slot}: belongs to batch {n.batch}, not {batch}")
+        if to not in NODE_TRANSITIONS[n.stage]:
+            raise IllegalTransition(f"{slot}: {n.stage.value} -> {to.value} is not allowed")
+        _enter(state, n, to, data)
+    if to is S.PREFLIGHT:
+        state.batch(batch).preflight_rounds += 1
+    state.batch(batch).add_duration(e.get("stage", to.value), e.get("duration_s"))
+
+
+def _enter(state: RolloutState, n: NodeState, to: NodeStage, data: Mapping[str, Any]) -> None:
+    if to is S.PROVISIONING:
+        n.shortfall = data.get("shortfall")
+        if n.shortfall is None:  # a request (a shortfall is the answer to one)
+            n.provision_requests += 1
+    elif to is S.PROVISIONED:
+        iid = data.get("instance_id")
+        if not iid:
+            raise IllegalTransition(f"{n.slot}: provisioned without an instance id")
+        n.instance_id, n.address, n.shortfall = iid, data.get("private_ip"), None
+        n.attempt, n.previous, n.decision, n.gate_record, n.bundle = 1, None, None, None, None
+    elif to is S.PREFLIGHT:
+        n.bundle = data.get("bundle")
+    elif to is S.BASELINE:
+        n.gate_record = data.get("record")
+    elif to is S.ADMITTED:
+        if n.decision is None or n.decision.action != "admit":
+            raise IllegalTransition(f"{n.slot}: admitted without an admit decision")
+        n.record_digest = n.decision.record_digest
+        n.gate_record = None
+    elif to is S.QUARANTINED:
+        n.reason_code = data.get("reason_code") or (n.decision.reason_code if n.decision else None)
+        n.reason = data.get("reason") or (n.decision.reason if n.decision else "")
+        if not n.reason_code:
+            raise IllegalTransition(f"{n.slot}: quarantined without a reason code")
+        n.blacklisted = bool(data.get("blacklisted"))
+        n.gate_record = None
+        if n.replacements == 0:
+            state.batch(n.batch).first_failures.add(n.slot)
+    elif to is S.REPLACED:
+        if n.blacklisted:
+            raise IllegalTransition(f"{n.slot}: a blacklisted slot is never replaced")
+        n.replacements += 1
+        n.decision = None
+    n.stage = to
+    n.history.append((to.value, n.instance_id, n.reason_code if to is S.QUARANTINED else None))
+
+
+def _decided(state: RolloutState, e: Mapping[str, Any]) -> None:
+    for slot, data in e["nodes"].items():
+        n = state.node(slot)
+        if n.stage.terminal or not n.has_instance:
+            raise IllegalTransition(f"{slot}: cannot decide a node that is {n.stage.value}")
+        action = data["action"]
+        if action not in ("admit", "quarantine"):
+            raise IllegalTransition(f"{slot}: unknown decision {action!r}")
+        if action == "admit" and n.stage is not S.BASELINE:
+            raise IllegalTransition(f"{slot}: admit decided at {n.stage.value}, before the multi-node baselines")
+        n.decision = Decision(action=action, record_digest=data.get("record_digest"),
+                              reason_code=data.get("reason_code"), reason=data.get("reason", ""),
+                              record=data.get("record"))
+        if n.decision.record is not None:
+            n.record = n.decision.record
+
+
+def _retest(state: RolloutState, e: Mapping[str, Any]) -> None:
+    batch = int(e["batch"])
+    for slot, data in e["nodes"].items():
+        n = state.node(slot)
+        if n.stage not in RETEST_FROM:
+            raise IllegalTransition(f"{slot}: retest from {n.stage.value}")
+        if n.previous is not None or n.attempt > 1:
+            raise IllegalTransition(f"{slot}: REMEDIATE allows one retest; this instance had it")
+        n.previous = NodeOutcome.model_validate(data["outcome"])
+        n.attempt += 1
+        n.decision = None
+        n.stage = S.CONFIGURED
+        n.history.append(("retest", n.instance_id, None))
+    state.batch(batch).add_duration("remediate", e.get("duration_s"))
+
+
+def _network(state: RolloutState, e: Mapping[str, Any]) -> None:
+    b = state.batch(int(e["batch"]))
+    b.link_faults.extend(tuple(p) for p in e.get("link_faults", ()))
+    b.ring_faults.extend(tuple(g) for g in e.get("ring_faults", ()))
+    for scale, runs in (e.get("scales") or {}).items():
+        b.scales.setdefault(str(scale), []).extend(runs)
+    b.add_duration("baseline", e.get("duration_s"))
+
+
+def _stage(state: RolloutState, e: Mapping[str, Any]) -> None:
+    state.batch(int(e["batch"])).add_duration(e["stage"], e.get("duration_s"))
+
+
+_HANDLERS = {"rollout": _rollout, "batch": _batch, "nodes": _nodes, "decided": _decided, "retest": _retest,
+             "network": _network, "stage": _stage}
