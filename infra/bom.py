@@ -19,13 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.errors import ConfigError, ConfigErrors
 from infra.findings import Finding, error
+from infra.project import Project, current_project
 
 if TYPE_CHECKING:
     from infra.spec import ClusterSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_BOM = PROJECT_ROOT / "images" / "bom.yaml"
-DEFAULT_COMPAT = PROJECT_ROOT / "images" / "compat.yaml"
 NodeOs = Literal["al2023", "ubuntu-22.04", "ubuntu-24.04"]
 COMPONENT_KEYS = ("kernel", "nvidia_driver", "fabric_manager", "cuda", "dcgm", "nccl", "aws_ofi_nccl",
                   "efa_installer", "libfabric", "gdrcopy", "containerd", "nvidia_container_toolkit",
@@ -158,9 +156,11 @@ class CompatRules(_Frozen):
 
 def _load_yaml_model(path: Path, model: type[BaseModel]) -> Any:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError("file not found", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=str(path)) from None
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(path)) from None
     if not isinstance(raw, dict):
@@ -182,12 +182,14 @@ def _got(err: dict[str, Any]) -> str:
     return f" (got {value!r})"
 
 
-def load_bom(path: Path = DEFAULT_BOM) -> Bom:
-    return _load_yaml_model(Path(path), Bom)
+def load_bom(path: Path | None = None) -> Bom:
+    """The BOM at `path`; without one, the current project's `images/bom.yaml`."""
+    return _load_yaml_model(Path(path) if path is not None else current_project().default_bom, Bom)
 
 
-def load_compat(path: Path = DEFAULT_COMPAT) -> CompatRules:
-    return _load_yaml_model(Path(path), CompatRules)
+def load_compat(path: Path | None = None) -> CompatRules:
+    """The rules at `path`; without one, the current project's `images/compat.yaml`."""
+    return _load_yaml_model(Path(path) if path is not None else current_project().default_compat, CompatRules)
 
 
 # --- version order ---------------------------------------------------------------------------
@@ -281,18 +283,21 @@ def _check_os(pins: OsPins, os: str, rules: CompatRules) -> list[Finding]:
     return out
 
 
-def resolve_bom_path(spec: "ClusterSpec") -> Path:
-    path = Path(spec.image.bom)
-    return path if path.is_absolute() else PROJECT_ROOT / path
+def resolve_bom_path(spec: "ClusterSpec", project: Project | None = None) -> Path:
+    """`image.bom` as written in the stack file: relative paths start at the project root."""
+    return (project or current_project()).path(spec.image.bom)
 
 
-def bom_findings(spec: "ClusterSpec") -> list[Finding]:
-    """`gpufleet validate`'s BOM check: never raises; an unusable file is an ERROR finding."""
-    path = resolve_bom_path(spec)
-    compat = path.parent / "compat.yaml"
+def bom_findings(spec: "ClusterSpec", project: Project | None = None) -> list[Finding]:
+    """`gpufleet validate`'s BOM check: an unusable BOM or rules file is an ERROR finding.
+
+    The rules are the project's `images/compat.yaml` whichever BOM a stack names: they are
+    facts about the upstream releases, not about one BOM.
+    """
+    project = project or current_project()
     try:
-        bom = load_bom(path)
-        rules = load_compat(compat if compat.is_file() else DEFAULT_COMPAT)
+        bom = load_bom(resolve_bom_path(spec, project))
+        rules = load_compat(project.default_compat)
     except ConfigError as exc:
         return [error("BOM_INVALID", "gpufleet:image.bom", exc.render())]
     return check_compatibility(bom, spec.image.os, rules)

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import click
 
-from infra.errors import ConfigError, GpufleetError
+from infra.errors import ConfigError, ConfigErrors, GpufleetError
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_GATE, EXIT_DRIFT = 0, 1, 2, 3, 4
+# Every JSON document a command prints carries `schema_version` (snake_case, like plan and admission records).
+VALIDATE_SCHEMA_VERSION = "1"
 
 
 class _Group(click.Group):
@@ -41,9 +43,10 @@ def _config_error_text(exc: ConfigError) -> str:
     return "gpufleet: invalid configuration\n" + "\n".join(f"  {line}" for line in exc.render().splitlines())
 
 
-stack_option = click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
+stack_option = click.option("-s", "--stack", required=True,
+                            help="Stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
 stacks_dir_option = click.option("--stacks-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                                 help="Folder of stack files (default: the project's stacks/)")
+                                 help="Folder of stack files (default: the project's stackConfigDir)")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,19 +54,30 @@ stacks_dir_option = click.option("--stacks-dir", type=click.Path(file_okay=False
 @click.option("--project", type=click.Path(path_type=Path), default=None, envvar="GPUFLEET_PROJECT",
               help="The project folder (default: the nearest Pulumi.yaml upwards, like the Pulumi CLI).")
 def main(project: Path | None) -> None:
-    """gpufleet: a GPU cluster from a stack file to a verified scheduling pool."""
+    """gpufleet: a GPU cluster from a stack file to a verified scheduling pool.
+
+    Every command works on a project: the nearest Pulumi.yaml upwards from the current folder,
+    or --project / GPUFLEET_PROJECT. Stacks come from its stackConfigDir; images/, playbooks/
+    and policies/ from its root.
+    """
+
+
+def _stack_path(stack: str, stacks_dir: Path | None) -> Path:
+    from infra.project import current_project
+
+    return stacks_dir / f"Pulumi.{stack}.yaml" if stacks_dir else current_project().stack_file(stack)
 
 
 def _load(stack: str, stacks_dir: Path | None):
     from infra import spec
 
-    return spec.load_stack(stack, stacks_dir or spec.STACKS_DIR)
+    return spec.load_stack_path(_stack_path(stack, stacks_dir))
 
 
 def _source(stack: str, stacks_dir: Path | None) -> str:
     from infra import spec
 
-    return spec.display_path(spec.stack_file(stack, stacks_dir or spec.STACKS_DIR))
+    return spec.display_path(_stack_path(stack, stacks_dir))
 
 
 @main.command()
@@ -72,11 +86,22 @@ def _source(stack: str, stacks_dir: Path | None) -> str:
 @click.option("--cloud", is_flag=True, help="Add live AWS checks (quotas, capacity, offerings) with boto3.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) -> None:
-    """Check a stack: schema, then semantic findings. Exit 2 on any ERROR."""
+    """Check a stack: schema, then semantic findings. Exit 2 on any ERROR.
+
+    With --json a schema error is a JSON document too (`errors`, each with file, field,
+    message and expected), so a pipeline never has to parse the text form.
+    """
     from infra.findings import has_errors, sort_findings
     from infra.plan import plan_stack
 
-    spec = _load(stack, stacks_dir)
+    try:
+        spec = _load(stack, stacks_dir)
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        click.echo(json.dumps(_validate_document(stack, errors=errors), indent=2))
+        sys.exit(EXIT_CONFIG)
     plan = plan_stack(spec)
     findings = list(plan.findings)
     if cloud:
@@ -85,7 +110,7 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
         findings.extend(cloud_findings(spec, plan))
     findings = sort_findings(findings)
     if as_json:
-        click.echo(json.dumps([f.model_dump(mode="json") for f in findings], indent=2))
+        click.echo(json.dumps(_validate_document(stack, findings=findings), indent=2))
     else:
         source = _source(stack, stacks_dir)
         for f in findings:
@@ -94,6 +119,16 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
         click.echo(f"{source}: {errors} error(s), {len(findings) - errors} other finding(s)")
     if has_errors(findings):
         sys.exit(EXIT_CONFIG)
+
+
+def _validate_document(stack: str, *, errors=(), findings=()) -> dict:
+    """`validate --json`: schema errors (the file is unusable) or the findings, in one shape."""
+    return {
+        "schema_version": VALIDATE_SCHEMA_VERSION,
+        "stack": stack,
+        "errors": [{"file": e.path, "field": e.field, "message": e.message, "expected": e.expected} for e in errors],
+        "findings": [f.model_dump(mode="json") for f in findings],
+    }
 
 
 @main.command()
@@ -129,19 +164,21 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     import shlex
 
     from infra.bom import load_bom, resolve_bom_path
-    from infra.configure.image import extravars_file_for, packer_invocation, write_image_extravars
+    from infra.configure.image import extravars_file_for, packer_invocation, packer_template, write_image_extravars
     from infra.findings import has_errors
     from infra.plan import plan_stack
+    from infra.project import current_project
 
+    project = current_project()
     spec = _load(stack, stacks_dir)
-    errors = [f for f in plan_stack(spec).findings if f.level.value == "ERROR"]
+    errors = [f for f in plan_stack(spec, project).findings if f.level.value == "ERROR"]
     if has_errors(errors):
         for f in errors:
             click.echo(f"{_source(stack, stacks_dir)}: {f.render()}", err=True)
         sys.exit(EXIT_CONFIG)
-    bom = load_bom(resolve_bom_path(spec))
-    extravars = write_image_extravars(spec, bom, extravars_file_for(stack, spec))
-    argv = packer_invocation(spec, bom, extravars_file=extravars)
+    bom = load_bom(resolve_bom_path(spec, project))
+    extravars = write_image_extravars(spec, bom, extravars_file_for(stack, spec, project))
+    argv = packer_invocation(spec, bom, extravars_file=extravars, template=packer_template(project))
     click.echo(json.dumps(argv) if as_json else shlex.join(argv))
 
 
@@ -150,6 +187,8 @@ from infra.cloud.preview_command import preview as _preview_command  # noqa: E40
 main.add_command(_preview_command)
 from infra.gates.command import gate as _gate_command  # noqa: E402
 main.add_command(_gate_command)
+from infra.init_project import init as _init_command  # noqa: E402
+main.add_command(_init_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -117,10 +117,28 @@ def current_project() -> Project:
     """The project for the running `gpufleet` command: its root group's `--project`, else discovery.
 
     Commands live in many modules; asking click's current context keeps them from threading the
-    option through every signature. Outside a command (library use) it is plain discovery.
+    option through every signature. Outside a command (the Pulumi program, library use) it is
+    `program_project()`: the engine's project when Pulumi runs the program, else discovery.
     """
     import click
 
     ctx = click.get_current_context(silent=True)
-    override = ctx.find_root().params.get("project") if ctx is not None else None
-    return find_project(override)
+    if ctx is None:
+        return program_project()
+    return find_project(ctx.find_root().params.get("project"))
+
+
+def program_project() -> Project:
+    """The Pulumi program's project: the engine's root directory (where `pulumi` found Pulumi.yaml).
+
+    Pulumi runs the program with the working directory at `main:` (the repository's `infra/`)
+    and may be started with any $GPUFLEET_PROJECT: the engine's answer wins. Under mocks (offline
+    preview, tests) and in library use there is no engine: then the same discovery as the CLI
+    ($GPUFLEET_PROJECT, else the nearest Pulumi.yaml upwards) decides.
+    """
+    import pulumi
+
+    root = pulumi.get_root_directory()  # the SDK's placeholder outside an engine is not a folder
+    if root and (Path(root) / PROJECT_FILE).is_file():
+        return load_project(Path(root))
+    return find_project()

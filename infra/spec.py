@@ -26,10 +26,9 @@ from pydantic.alias_generators import to_camel
 
 from infra import catalog
 from infra.errors import ConfigError, ConfigErrors
+from infra.project import current_project
 
 NAMESPACE = "gpufleet"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-STACKS_DIR = PROJECT_ROOT / "stacks"
 
 
 class _Model(BaseModel):
@@ -209,9 +208,6 @@ class RolloutConfig(_Model):
     canary_fraction: float = Field(default=0.1, gt=0, le=1)
     batch_size: int = Field(default=25, gt=0)
     max_failure_rate: float = Field(default=0.1, ge=0, le=1)
-    # the canary's own bar: its first instances' failure rate above this halts the rollout before
-    # anything else is provisioned (None: the same as maxFailureRate)
-    canary_max_failure_rate: float | None = Field(default=None, ge=0, le=1)
     failures_before_blacklist: int = Field(default=2, ge=1)
     pipelining: bool = True
     target_batch: int | None = Field(default=None, ge=0)
@@ -409,8 +405,13 @@ _TAGGED_UNIONS = {"stateBackend"}
 
 # --- loaders -------------------------------------------------------------------------------
 
-def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
-    return stacks_dir / f"Pulumi.{stack}.yaml"
+def _stacks_dir(stacks_dir: Path | None) -> Path:
+    """An explicit folder (`--stacks-dir`), else the current project's stackConfigDir."""
+    return Path(stacks_dir) if stacks_dir is not None else current_project().stacks_dir
+
+
+def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
+    return _stacks_dir(stacks_dir) / f"Pulumi.{stack}.yaml"
 
 
 def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
@@ -420,7 +421,12 @@ def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError("stack file not found", path=source,
                           expected=f"a file; stacks here: {', '.join(available_stacks(path.parent)) or 'none'}")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=source,
+                          expected="a UTF-8 encoded YAML stack file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", path=source) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", path=source) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
@@ -437,7 +443,8 @@ def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
-def load_stack(stack: str, stacks_dir: Path = STACKS_DIR) -> ClusterSpec:
+def load_stack(stack: str, stacks_dir: Path | None = None) -> ClusterSpec:
+    """`stacks_dir/Pulumi.<stack>.yaml`; without a folder, the current project's stack file."""
     path = stack_file(stack, stacks_dir)
     return load_stack_path(path)
 
@@ -478,8 +485,8 @@ def pulumi_config_from_raw(raw: Mapping[str, Any]) -> dict[str, str]:
     return {f"{NAMESPACE}:{k}": json.dumps(v) for k, v in raw.items()}
 
 
-def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+def available_stacks(stacks_dir: Path | None = None) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in _stacks_dir(stacks_dir).glob("Pulumi.*.yaml"))
 
 
 def display_path(path: Path) -> str:

@@ -26,7 +26,7 @@ def preview_report(capture: Capture) -> dict[str, Any]:
     lts = [r for r in regs if r.type == "aws:ec2/launchTemplate:LaunchTemplate"]
     fsx = next(r for r in regs if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem")
     return {
-        "schemaVersion": PREVIEW_SCHEMA_VERSION,
+        "schema_version": PREVIEW_SCHEMA_VERSION,  # the one spelling of every JSON the CLI prints
         "stack": capture.stack,
         "cluster": capture.spec.cluster.name,
         "pool": capture.spec.pool.type,

@@ -25,7 +25,7 @@ def preview(stack: str, stacks_dir: Path | None, offline: bool, target_batch: in
 
     if not offline:
         raise UsageError("only --offline is implemented here; a live preview is `pulumi preview --policy-pack policies`")
-    spec = spec_mod.load_stack(stack, stacks_dir or spec_mod.STACKS_DIR)
+    spec = spec_mod.load_stack(stack, stacks_dir)  # None: the current project's stackConfigDir
     # A fresh stack has no instances until targetBatch rises; default the preview to the whole fleet.
     batches = target_batch if target_batch is not None else (spec.rollout.target_batch or 10**6)
     report = run_preview(spec, stack, target_batch=batches)

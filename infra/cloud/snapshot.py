@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.cloud.capture import Capture, capture_program
-from infra.spec import PROJECT_ROOT, available_stacks
+from infra.spec import available_stacks
 
-SNAPSHOT_DIR = PROJECT_ROOT / "tests" / "infra" / "snapshots"
+SNAPSHOT_DIR = Path(__file__).resolve().parents[2] / "tests" / "infra" / "snapshots"  # this repository's test data
 ALL_BATCHES = 10**6
 VOLATILE_INPUTS = {"userData"}  # kept as a digest: long, and covered by the user-data tests
 

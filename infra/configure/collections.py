@@ -5,10 +5,16 @@ community.general (the chroot connection, used by tests and image builds) and am
 (the aws_ssm connection). `pip download` fetches the pinned wheel once; only the needed
 collections are unzipped into a versioned folder, which is reused while it exists.
 `playbooks/requirements.yml` names the same collections for machines that can reach Galaxy.
+
+The cache is per user, not per project: what it holds depends only on the pinned package
+version, a pip-installed gpufleet has no checkout to put it in, and 20 MB of third-party
+collections do not belong in a user's project tree. `$GPUFLEET_CACHE_DIR` moves it (CI can
+point it at a cached folder); otherwise `$XDG_CACHE_HOME/gpufleet` or `~/.cache/gpufleet`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,18 +25,27 @@ from infra.errors import ExternalCommandFailed
 
 ANSIBLE_PACKAGE_VERSION = "12.3.0"  # ships community.general 11.x and amazon.aws 10.x
 COLLECTIONS = ("community.general", "amazon.aws")
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CACHE = PROJECT_ROOT / ".ci" / ".cache" / "collections"
+CACHE_ENV = "GPUFLEET_CACHE_DIR"
 
 
-def collections_path(cache_dir: Path = DEFAULT_CACHE, version: str = ANSIBLE_PACKAGE_VERSION) -> Path:
+def default_cache_dir() -> Path:
+    """$GPUFLEET_CACHE_DIR, else the XDG user cache: the same answer for every project."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser() / "collections"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gpufleet" / "collections"
+
+
+def collections_path(cache_dir: Path | None = None, version: str = ANSIBLE_PACKAGE_VERSION) -> Path:
     """The folder to put on ANSIBLE_COLLECTIONS_PATH (it holds `ansible_collections/`)."""
-    return cache_dir / f"ansible-{version}"
+    return (cache_dir if cache_dir is not None else default_cache_dir()) / f"ansible-{version}"
 
 
-def ensure_collections(cache_dir: Path = DEFAULT_CACHE, version: str = ANSIBLE_PACKAGE_VERSION,
+def ensure_collections(cache_dir: Path | None = None, version: str = ANSIBLE_PACKAGE_VERSION,
                        names: tuple[str, ...] = COLLECTIONS) -> Path:
     """Return a collections path holding `names`, downloading and extracting only when missing."""
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
     dest = collections_path(cache_dir, version)
     missing = [n for n in names if not (dest / "ansible_collections" / Path(*n.split("."))).is_dir()]
     if not missing:

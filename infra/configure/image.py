@@ -13,17 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from infra.bom import Bom
 from infra.configure.extravars import configure_extravars
+from infra.project import Project, current_project
 
 if TYPE_CHECKING:
     from infra.spec import ClusterSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = PROJECT_ROOT / "images" / "gpufleet.pkr.hcl"
+TEMPLATE_NAME = "gpufleet.pkr.hcl"
 
 
-def extravars_file_for(stack: str, spec: "ClusterSpec") -> Path:
-    """Run state lives under .gpufleet/<stack>/ (DESIGN section 6)."""
-    return PROJECT_ROOT / ".gpufleet" / stack / "image" / f"{spec.image.os}-extravars.json"
+def packer_template(project: Project) -> Path:
+    """The project's Packer template; it finds the playbooks as `../playbooks` from itself."""
+    return project.images_dir / TEMPLATE_NAME
+
+
+def extravars_file_for(stack: str, spec: "ClusterSpec", project: Project | None = None) -> Path:
+    """Run state lives under the project's .gpufleet/<stack>/ (DESIGN section 6)."""
+    return (project or current_project()).state_dir(stack) / "image" / f"{spec.image.os}-extravars.json"
 
 
 def image_extravars(spec: "ClusterSpec", bom: Bom) -> dict[str, Any]:
@@ -37,8 +42,9 @@ def write_image_extravars(spec: "ClusterSpec", bom: Bom, path: Path) -> Path:
 
 
 def packer_invocation(spec: "ClusterSpec", bom: Bom, *, extravars_file: Path,
-                      template: Path = TEMPLATE) -> list[str]:
-    """argv of `packer build` for this stack's node OS and BOM."""
+                      template: Path | None = None) -> list[str]:
+    """argv of `packer build` for this stack's node OS and BOM (template: the current project's)."""
+    template = template if template is not None else packer_template(current_project())
     variables = {
         "os": spec.image.os,
         "region": spec.cluster.region,

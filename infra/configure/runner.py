@@ -20,8 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 from infra.configure.collections import collections_path
 from infra.configure.inventory import Connection, Node, SshConnection, build_inventory
 from infra.errors import ExternalCommandFailed
-
-PLAYBOOK_DIR = Path(__file__).resolve().parents[2] / "playbooks"
+from infra.project import current_project
 
 
 class Verdict(str, Enum):
@@ -118,11 +117,12 @@ def _message(res: Mapping[str, Any]) -> str:
 class AnsibleConfigurator:
     """The Executor's configure step, real flavour: ansible-runner over SSH, SSM or chroot."""
 
-    def __init__(self, state_dir: Path, *, playbook_dir: Path = PLAYBOOK_DIR,
+    def __init__(self, state_dir: Path, *, playbook_dir: Path | None = None,
                  collections: Path | None = None, backend: RunnerBackend = _ansible_runner_run,
                  forks: int = 50, task_timeout_s: int = 1800, run_timeout_s: int | None = None) -> None:
         self.state_dir = Path(state_dir)
-        self.playbook_dir = playbook_dir
+        # the project's playbooks/ (site.yml, preflight.yml, roles/), unless a caller names others
+        self.playbook_dir = Path(playbook_dir) if playbook_dir is not None else current_project().playbooks_dir
         self.collections = collections or collections_path()
         self.backend = backend
         self.forks = forks

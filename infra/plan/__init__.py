@@ -17,14 +17,17 @@ from infra.plan.network import plan_network
 from infra.plan.partitions import allocate
 from infra.plan.storage import plan_storage
 from infra.plan.topology import build_topology, layout
+from infra.project import Project
 from infra.spec import ClusterSpec
 
 __all__ = ["build_plan", "plan_stack", "ClusterPlan"]
 
 
-def plan_stack(spec: ClusterSpec) -> ClusterPlan:
-    """The plan with the stack's bill-of-materials findings: the one entry point that reads a file."""
-    return build_plan(spec, extra_findings=bom_findings(spec))
+def plan_stack(spec: ClusterSpec, project: Project | None = None) -> ClusterPlan:
+    """The plan with the stack's bill-of-materials findings: the one entry point that reads a file.
+
+    The BOM is the project's (`image.bom` relative to its root); default: the current project."""
+    return build_plan(spec, extra_findings=bom_findings(spec, project))
 
 
 def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> ClusterPlan:

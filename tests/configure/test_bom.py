@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.bom import COMPONENT_KEYS, DEFAULT_BOM, bom_findings, load_bom, version_lt
+from infra.bom import COMPONENT_KEYS, bom_findings, load_bom, version_lt
 from infra.errors import ConfigError
 from infra.findings import Level
+from infra.project import find_project
 from infra.spec import ImageConfig, load_stack
 
 
@@ -21,7 +22,7 @@ def _write(tmp_path: Path, raw: dict, name: str = "bom.yaml") -> Path:
 
 @pytest.fixture
 def raw() -> dict:
-    return yaml.safe_load(DEFAULT_BOM.read_text())
+    return yaml.safe_load(find_project().default_bom.read_text())
 
 
 @pytest.mark.parametrize("os_name", ["al2023", "ubuntu-22.04", "ubuntu-24.04"])

@@ -16,10 +16,11 @@ from infra import catalog
 from infra.bom import load_bom
 from infra.configure import collections as colls
 from infra.configure.extravars import check_no_secrets, configure_extravars
-from infra.configure.image import TEMPLATE, packer_invocation, write_image_extravars
+from infra.configure.image import packer_invocation, packer_template, write_image_extravars
 from infra.configure.inventory import ChrootConnection, Node, SshConnection, SsmConnection, build_inventory
 from infra.configure.runner import AnsibleConfigurator, Verdict
 from infra.errors import ConfigError, ExternalCommandFailed
+from infra.project import find_project
 from infra.spec import load_stack
 
 NODES = [Node("b0-n000", "10.0.0.10", "i-0aaa", groups=("slurm",)), Node("b0-n001", "10.0.0.11", "i-0bbb")]
@@ -146,9 +147,10 @@ def test_packer_invocation_matches_the_template(tmp_path):
     spec = load_stack("dev")
     bom = load_bom()
     argv = packer_invocation(spec, bom, extravars_file=tmp_path / "ev.json")
-    assert argv[:2] == ["packer", "build"] and argv[-1] == str(TEMPLATE)
+    template = packer_template(find_project())  # the project's template: this repository's images/
+    assert argv[:2] == ["packer", "build"] and argv[-1] == str(template)
     passed = dict(a.split("=", 1) for a in argv[3:-1:2])
-    tpl = hcl2.loads(TEMPLATE.read_text())
+    tpl = hcl2.loads(template.read_text())
     declared = {_unq(k): v for block in tpl["variable"] for k, v in block.items()}
     required = {k for k, v in declared.items() if "default" not in v}
     assert required <= set(passed) <= set(declared)
@@ -157,8 +159,8 @@ def test_packer_invocation_matches_the_template(tmp_path):
     assert bases == {"al2023", "ubuntu-22.04", "ubuntu-24.04"}
     [prov] = tpl["build"][0]["provisioner"]
     ansible = prov['"ansible"']
-    playbook = _unq(ansible["playbook_file"]).replace("${path.root}", str(TEMPLATE.parent))
-    assert Path(playbook).resolve() == (TEMPLATE.parent.parent / "playbooks" / "site.yml").resolve()
+    playbook = _unq(ansible["playbook_file"]).replace("${path.root}", str(template.parent))
+    assert Path(playbook).resolve() == (template.parent.parent / "playbooks" / "site.yml").resolve()
     assert '"@${var.extravars_file}"' in ansible["extra_arguments"]
     ev = json.loads(write_image_extravars(spec, bom, tmp_path / "ev.json").read_text())
     assert ev["gpufleet_live_system"] is False and ev["gpufleet_enable_services"] is True

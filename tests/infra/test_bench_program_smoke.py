@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import tracemalloc
+from pathlib import Path
 
-from infra.spec import PROJECT_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_program", PROJECT_ROOT / "bench" / "bench_program.py")
+    spec = importlib.util.spec_from_file_location("bench_program", REPO_ROOT / "bench" / "bench_program.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench

@@ -33,7 +33,43 @@ def test_plan_summary_is_readable():
 def test_validate_clean_stack_exits_0_and_json_lists_findings():
     result = run("validate", "-s", "dev", "--json")
     assert result.exit_code == 0
-    assert all({"level", "code", "field", "message"} <= set(f) for f in json.loads(result.output))
+    doc = json.loads(result.output)
+    assert (doc["schema_version"], doc["stack"], doc["errors"]) == ("1", "dev", [])
+    assert doc["findings"] and all({"level", "code", "field", "message"} <= set(f) for f in doc["findings"])
+
+
+def test_validate_json_prints_schema_errors_as_a_json_document(tmp_path):
+    (tmp_path / "Pulumi.bad.yaml").write_text(
+        "config:\n  gpufleet:cluster:\n    name: bad\n    targetGpus: many\n    colour: blue\n")
+    result = run("validate", "-s", "bad", "--stacks-dir", str(tmp_path), "--json")
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.output)
+    assert doc["schema_version"] == "1" and doc["findings"] == []
+    by_field = {e["field"]: e for e in doc["errors"]}
+    assert {"gpufleet:cluster.targetGpus", "gpufleet:cluster.colour"} <= set(by_field)
+    assert all(e["file"].endswith("Pulumi.bad.yaml") and e["message"] for e in doc["errors"])
+    assert by_field["gpufleet:cluster.colour"]["expected"].startswith("no such key")
+
+
+def test_validate_json_reports_an_unreadable_stack_file_as_json(tmp_path):
+    (tmp_path / "Pulumi.latin1.yaml").write_bytes("config:\n  gpufleet:cluster:\n    name: caf\xe9\n".encode("latin-1"))
+    result = run("validate", "-s", "latin1", "--stacks-dir", str(tmp_path), "--json")
+    assert result.exit_code == 2
+    [error] = json.loads(result.output)["errors"]
+    assert error["file"].endswith("Pulumi.latin1.yaml") and "not UTF-8" in error["message"]
+
+
+def test_plan_and_validate_json_spell_schema_version_in_snake_case():
+    for args in (("plan", "-s", "dev", "--json"), ("validate", "-s", "dev", "--json")):
+        doc = json.loads(run(*args).output)
+        assert "schema_version" in doc and "schemaVersion" not in doc
+
+
+def test_preview_json_spells_schema_version_like_every_other_output():
+    result = run("preview", "-s", "dev", "--offline", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert "schema_version" in doc and "schemaVersion" not in doc
 
 
 def test_usage_errors_exit_2():
