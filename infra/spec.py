@@ -229,6 +229,20 @@ class GatesConfig(_Model):
 class PoolConfig(_Model):
     type: Literal["kubernetes", "slurm", "sim"]
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    # Slurm: the version slurmctld runs (picks topology/block from 23.11, topology/tree before);
+    # unset: the BOM's pin for the stack's OS. MaxTime per partition name in minutes; interactive
+    # partitions default to `slurmInteractiveMaxMinutes`, the others to INFINITE.
+    slurm_version: str | None = Field(default=None, pattern=r"^\d{2}\.\d{2}(\.\d+)?$")
+    slurm_max_minutes: dict[str, int] = Field(default_factory=dict)
+    slurm_interactive_max_minutes: int = Field(default=60, gt=0, le=10_080)
+
+    @field_validator("slurm_max_minutes")
+    @classmethod
+    def _positive_minutes(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, minutes in v.items():
+            if minutes <= 0:
+                raise ValueError(f"MaxTime for partition {name!r} must be a positive number of minutes (got {minutes})")
+        return v
 
 
 class ImageConfig(_Model):
