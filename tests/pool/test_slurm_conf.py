@@ -1,0 +1,127 @@
+"""The generated Slurm configuration, pure: what the plan says must be what Slurm is told."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.errors import ConfigError, PoolError
+from infra.plan import build_plan
+from infra.pool.slurm.conf import (LocalFlavour, RealFlavour, generate, hostlist, nodes_for_units, priority_tiers,
+                                   topology_kind, unit_request_args)
+from infra.spec import load_stack
+
+from .conftest import small_spec
+
+REAL = RealFlavour(controller_host="slurm-head", controller_address="10.0.16.10")
+
+
+def _lines(text: str, key: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith(key + "=")]
+
+
+def _expand(hosts: str) -> list[str]:
+    """Inverse of hostlist() for the forms it writes (prefix[a-b] and single names)."""
+    out = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]+\])?", hosts):
+        m = re.match(r"^(.*)\[(\d+)-(\d+)\]$", part)
+        if m:
+            width = len(m.group(2))
+            out += [f"{m.group(1)}{i:0{width}d}" for i in range(int(m.group(2)), int(m.group(3)) + 1)]
+        else:
+            out.append(part)
+    return out
+
+
+def test_hostlist_compresses_runs_and_round_trips():
+    names = ["a-b0000-n00000", "a-b0000-n00001", "a-b0000-n00002", "a-b0001-n00005", "x", "a-b0000-n00009"]
+    text = hostlist(names)
+    assert text == "a-b0000-n[00000-00002],a-b0001-n00005,x,a-b0000-n00009"
+    assert _expand(text) == names
+
+
+def test_topology_follows_the_version():
+    assert topology_kind("22.05.8") == "tree" and topology_kind("23.02") == "tree"
+    assert topology_kind("23.11.0") == "block" and topology_kind("24.11.6") == "block"
+    with pytest.raises(ConfigError, match="slurmVersion"):
+        topology_kind("latest")
+
+
+def test_the_local_stack_on_slurm_24_11_real_flavour():
+    spec = load_stack("local")
+    plan = build_plan(spec)
+    cfg = generate(spec, plan, REAL, "24.11.6")
+    conf = cfg.slurm_conf
+    assert "TopologyPlugin=topology/block" in conf and "AuthType=auth/munge" in conf
+    assert "SlurmctldHost=slurm-head(10.0.16.10)" in conf and "auth/none" not in conf
+    nodes = _lines(conf, "NodeName")
+    assert len(nodes) == plan.topology.blocks
+    listed = [n for line in nodes for n in _expand(line.split()[0].split("=", 1)[1])]
+    assert listed == [n.name for n in plan.nodes]
+    for line in nodes:  # real CPU/memory/GPUs of p5.48xlarge from the catalog; drained until gated
+        assert "CPUs=192" in line and "Gres=gpu:h100:8" in line and 'State=DRAIN Reason="gpufleet: pending gates"' in line
+        assert int(re.search(r"RealMemory=(\d+)", line).group(1)) < 2048 * 1024
+    weights = [int(re.search(r"Weight=(\d+)", ln).group(1)) for ln in nodes]
+    assert weights == sorted(weights) and len(set(weights)) == len(weights)  # lower blocks fill first
+    parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
+    assert set(parts) == {"train", "sim", "debug"}
+    for p in plan.partitions:
+        expected = [plan.nodes[i].name for b in p.blocks for i in plan.blocks[b].nodes]
+        assert _expand(re.search(r"Nodes=(\S+)", parts[p.name]).group(1)) == expected
+        assert f"PriorityTier={p.priority}" in parts[p.name]
+    assert "MaxTime=60" in parts["debug"] and "MaxTime=INFINITE" in parts["train"]
+    assert "MaxNodes=5" in parts["debug"]  # 4 units of 10 GPUs = one 5-node block
+    blocks = _lines(cfg.topology_conf, "BlockName")
+    assert len(blocks) == plan.topology.blocks and "BlockSizes=5" in cfg.topology_conf
+    assert cfg.gres_conf.strip().endswith("Name=gpu Type=h100 File=/dev/nvidia[0-7]")
+
+
+def test_tree_topology_and_local_flavour(tmp_path: Path):
+    spec = small_spec()
+    plan = build_plan(spec)
+    cfg = generate(spec, plan, LocalFlavour(root=tmp_path, controller_port=30000, first_node_port=30001), "22.05.8")
+    assert cfg.topology == "tree" and "TopologyPlugin=topology/tree" in cfg.slurm_conf
+    assert "AuthType=auth/none" in cfg.slurm_conf and "SlurmctldPort=30000" in cfg.slurm_conf
+    assert f"StateSaveLocation={tmp_path}/state" in cfg.slurm_conf
+    assert "Port=[30001-30005]" in cfg.slurm_conf and "Port=[30011-30015]" in cfg.slurm_conf
+    switches = _lines(cfg.topology_conf, "SwitchName")
+    assert switches[0] == "SwitchName=block0000 Nodes=local-b0000-n[00000-00004]"
+    assert switches[-1] == "SwitchName=fabric Switches=block[0000-0002]"
+    assert f"File={tmp_path}/fakedev/nvidia[0-7]" in cfg.gres_conf
+
+
+def test_max_time_override_and_unknown_partition():
+    spec = small_spec(slurmMaxMinutes={"train": 720})
+    cfg = generate(spec, build_plan(spec), REAL, "24.11")
+    assert re.search(r"PartitionName=train .*MaxTime=720", cfg.slurm_conf)
+    bad = small_spec(slurmMaxMinutes={"nope": 5})
+    with pytest.raises(ConfigError, match="nope"):
+        generate(bad, build_plan(bad), REAL, "24.11")
+
+
+def test_priority_tiers_keep_order_beyond_16_bits():
+    from infra.plan.model import PartitionAllocation
+
+    def alloc(name: str, prio: int) -> PartitionAllocation:
+        return PartitionAllocation(name=name, mode="independent", requested_units=1, units=1, blocks=(0,), gpus=10,
+                                   priority=prio, quota_units=None)
+
+    assert priority_tiers([alloc("a", 10), alloc("b", 100)]) == {"a": 10, "b": 100}
+    assert priority_tiers([alloc("a", 10), alloc("b", 1_000_000), alloc("c", 70_000)]) == {"a": 1, "b": 3, "c": 2}
+
+
+def test_unit_requests_stay_in_one_block():
+    plan = build_plan(load_stack("local"))  # 10-GPU units, 5-node blocks of 4 units
+    assert nodes_for_units(plan, 1) == 2 and nodes_for_units(plan, 4) == 5 and nodes_for_units(plan, 8) == 10
+    assert unit_request_args(plan, "sim", 1, "tree") == ["--partition=sim", "--nodes=2", "--gpus=10", "--switches=1"]
+    assert unit_request_args(plan, "sim", 3, "block") == ["--partition=sim", "--nodes=4", "--gpus=30", "--segment=4"]
+    assert unit_request_args(plan, "train", 8, "block") == [
+        "--partition=train", "--nodes=10", "--gpus-per-node=8", "--exclusive", "--segment=5"]
+    with pytest.raises(PoolError, match="whole blocks"):
+        unit_request_args(plan, "train", 6, "tree")
+    with pytest.raises(PoolError, match="not in the plan"):
+        unit_request_args(plan, "inference", 1, "tree")
+    with pytest.raises(PoolError, match="at least one unit"):
+        unit_request_args(plan, "sim", 0, "tree")
