@@ -189,6 +189,8 @@ from infra.gates.command import gate as _gate_command  # noqa: E402
 main.add_command(_gate_command)
 from infra.init_project import init as _init_command  # noqa: E402
 main.add_command(_init_command)
+from infra.rollout.command import rollout as _rollout_command  # noqa: E402
+main.add_command(_rollout_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -208,6 +208,9 @@ class RolloutConfig(_Model):
     canary_fraction: float = Field(default=0.1, gt=0, le=1)
     batch_size: int = Field(default=25, gt=0)
     max_failure_rate: float = Field(default=0.1, ge=0, le=1)
+    # the canary's own bar: its first instances' failure rate above this halts the rollout before
+    # anything else is provisioned (None: the same as maxFailureRate)
+    canary_max_failure_rate: float | None = Field(default=None, ge=0, le=1)
     failures_before_blacklist: int = Field(default=2, ge=1)
     pipelining: bool = True
     target_batch: int | None = Field(default=None, ge=0)

@@ -1,0 +1,209 @@
+"""The rollout report: one versioned JSON document, rendered to Markdown and JUnit.
+
+Why built from the folded journal and the plan only: the report of a resumed rollout must equal
+the report of an uninterrupted one, and the journal is the only source of truth.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import infra
+from infra.gates import junit as gate_junit
+from infra.gates.admission import AdmissionRecord
+from infra.plan.model import ClusterPlan
+from infra.rollout.state import NodeStage, RolloutState
+from infra.rollout.timeline import BatchTimes, timeline
+
+REPORT_SCHEMA_VERSION = 1
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PartitionLine(_M):
+    name: str
+    units_planned: int
+    units_available: int
+    gpus_available: int
+
+
+class BatchLine(_M):
+    number: int
+    canary: bool
+    stage: str
+    nodes: int
+    admitted: int
+    quarantined: int
+    first_failure_rate: float
+    seconds: dict[str, float] = Field(default_factory=dict)
+    link_faults: list[tuple[str, str]] = Field(default_factory=list)
+    reason: str = ""
+
+
+class Quarantine(_M):
+    slot: str
+    instance_id: str | None
+    batch: int
+    reason_code: str
+    reason: str = ""
+    replaced: bool
+    blacklisted: bool = False
+
+
+class Replacement(_M):
+    slot: str
+    old_instance: str | None
+    new_instance: str | None
+
+
+class RolloutReport(_M):
+    schema_version: int = REPORT_SCHEMA_VERSION
+    stack: str
+    generated_at: datetime
+    gpufleet_version: str = infra.__version__
+    status: str  # complete | short | halted | in-progress
+    halt_reason: str = ""
+    instance_type: str
+    target_nodes: int
+    target_gpus: int
+    admitted_nodes: int
+    admitted_gpus: int
+    spare_nodes: int
+    spares_used: int
+    partitions: list[PartitionLine]
+    batches: list[BatchLine]
+    quarantined: list[Quarantine]
+    replacements: list[Replacement]
+    link_faults: list[tuple[str, str]]
+    short: list[str]
+    timeline: dict[str, Any]
+    pipelining: bool
+    wall_seconds: float | None = None
+
+
+def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, short: list[str],
+          wall_seconds: float | None = None, now: datetime | None = None) -> RolloutReport:
+    gpus = plan.topology.gpus_per_node
+    admitted = {s for s, n in state.nodes.items() if n.stage is NodeStage.ADMITTED}
+    partitions = []
+    for p in plan.partitions:
+        units = [u for u in plan.units if u.partition == p.name]
+        ok = [u for u in units if all(plan.nodes[i].name in admitted for i in u.nodes)]
+        partitions.append(PartitionLine(name=p.name, units_planned=len(units), units_available=len(ok),
+                                        gpus_available=len(ok) * plan.topology.unit_gpus))
+    batches, quarantines, replacements = [], [], []
+    for b in plan.batches:
+        bs = state.batches.get(b.number)
+        nodes = [state.nodes[s.name] for s in plan.batch_nodes(b.number) if s.name in state.nodes]
+        batches.append(BatchLine(
+            number=b.number, canary=b.canary, stage=bs.stage.value if bs else "pending", nodes=b.node_count,
+            admitted=sum(1 for n in nodes if n.stage is NodeStage.ADMITTED),
+            quarantined=sum(1 for n in nodes if n.stage is NodeStage.QUARANTINED),
+            first_failure_rate=round(len(bs.first_failures) / b.node_count, 4) if bs else 0.0,
+            seconds={k: round(v, 1) for k, v in (bs.durations if bs else {}).items()},
+            link_faults=list(bs.link_faults) if bs else [], reason=bs.reason if bs else ""))
+    for slot, n in sorted(state.nodes.items()):
+        instances = [h for h in n.history if h[0] == "provisioned"]
+        q_events = [h for h in n.history if h[0] == "quarantined"]
+        for i, (_, iid, code) in enumerate(q_events):
+            last = i == len(q_events) - 1
+            quarantines.append(Quarantine(slot=slot, instance_id=iid, batch=n.batch, reason_code=code or "",
+                                          reason=n.reason if last else "",
+                                          replaced=not (last and n.stage is NodeStage.QUARANTINED),
+                                          blacklisted=n.blacklisted and last))
+        for old, new in zip(instances, instances[1:]):
+            replacements.append(Replacement(slot=slot, old_instance=old[1], new_instance=new[1]))
+    worked = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(state.batches.items())
+              if b.durations]
+    t = timeline(worked, pipelining)
+    status = ("halted" if state.halted else "short" if state.finished and short
+              else "complete" if state.finished else "in-progress")
+    links = [p for b in batches for p in b.link_faults]
+    return RolloutReport(
+        stack=stack, generated_at=now or datetime.now(timezone.utc), status=status, halt_reason=state.halt_reason,
+        instance_type=plan.instance_type, target_nodes=len(plan.nodes), target_gpus=len(plan.nodes) * gpus,
+        admitted_nodes=len(admitted), admitted_gpus=len(admitted) * gpus, spare_nodes=plan.topology.spare_nodes,
+        spares_used=state.spares_used, partitions=partitions, batches=batches, quarantined=quarantines,
+        replacements=replacements, link_faults=links, short=short, timeline=t.to_dict(), pipelining=pipelining,
+        wall_seconds=wall_seconds)
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+
+
+def render_markdown(r: RolloutReport) -> str:
+    lines = [f"# Rollout of `{r.stack}`: {r.status}", ""]
+    if r.halt_reason:
+        lines += [f"**Halted:** {r.halt_reason}", ""]
+    lines += [f"- admitted: **{r.admitted_nodes}/{r.target_nodes} nodes, {r.admitted_gpus}/{r.target_gpus} GPUs** "
+              f"({r.instance_type})",
+              f"- spares used: {r.spares_used} of {r.spare_nodes}; replacements: {len(r.replacements)}",
+              f"- modelled time-to-pool: {_hms(r.timeline['pipelined_s' if r.pipelining else 'sequential_s'])} "
+              f"({'pipelined' if r.pipelining else 'sequential'}; sequential {_hms(r.timeline['sequential_s'])}, "
+              f"pipelined {_hms(r.timeline['pipelined_s'])}, lower bound {_hms(r.timeline['lower_bound_s'])})"]
+    if r.wall_seconds is not None:
+        lines.append(f"- wall time of this run: {r.wall_seconds:.1f} s")
+    lines += ["", "| partition | units available | GPUs |", "|---|---|---|"]
+    lines += [f"| {p.name} | {p.units_available}/{p.units_planned} | {p.gpus_available} |" for p in r.partitions]
+    lines += ["", "| batch | stage | nodes | admitted | quarantined | first-pass failure rate |", "|---|---|---|---|---|---|"]
+    lines += [f"| {b.number}{' (canary)' if b.canary else ''} | {b.stage} | {b.nodes} | {b.admitted} | "
+              f"{b.quarantined} | {b.first_failure_rate:.0%} |" for b in r.batches]
+    if r.quarantined:
+        lines += ["", "## Quarantined", "", "| slot | instance | batch | reason | replaced |", "|---|---|---|---|---|"]
+        lines += [f"| {q.slot} | {q.instance_id} | {q.batch} | `{q.reason_code}`{' (blacklisted)' if q.blacklisted else ''}"
+                  f" | {'yes' if q.replaced else 'no'} |" for q in r.quarantined]
+    if r.link_faults:
+        lines += ["", "## Link faults (escalate; no node quarantined)", ""]
+        lines += [f"- {a} <-> {b}" for a, b in r.link_faults]
+    if r.short:
+        lines += ["", f"## Short of target: {len(r.short)} slot(s) without an admitted node", ""]
+        lines += [f"- {s}" for s in r.short[:50]]
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(r: RolloutReport, records: list[AdmissionRecord]) -> str:
+    """The gates' cases per node and check, plus one case per quarantine that has no record
+    (configure failure, unreachable host) and one for the rollout's own outcome."""
+    root = ET.fromstring(gate_junit.render(records, suite="gpufleet-rollout").split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite is not None
+    recorded = {(x.slot, x.instance_id) for x in records}
+    cases, failed = 0, 0
+    for q in r.quarantined:
+        if (q.slot, q.instance_id) in recorded:
+            continue
+        tc = ET.SubElement(suite, "testcase", classname=f"rollout.{q.slot}", name=f"node.{q.instance_id}")
+        ET.SubElement(tc, "failure", type="QUARANTINE", message=f"{q.reason_code}: {q.reason}"[:500])
+        cases, failed = cases + 1, failed + 1
+    tc = ET.SubElement(suite, "testcase", classname="rollout", name=f"target.{r.stack}")
+    cases += 1
+    if r.status != "complete":
+        ET.SubElement(tc, "failure", type=r.status, message=(r.halt_reason or f"{len(r.short)} slot(s) short")[:500])
+        failed += 1
+    tests, failures = str(int(suite.get("tests", "0")) + cases), str(int(suite.get("failures", "0")) + failed)
+    for el in (root, suite):
+        el.set("tests", tests)
+        el.set("failures", failures)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write(report: RolloutReport, records: list[AdmissionRecord], directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {"rollout.json": report.model_dump_json(indent=2), "rollout.md": render_markdown(report),
+           "rollout-junit.xml": render_junit(report, records)}
+    paths = []
+    for name, text in out.items():
+        p = directory / name
+        p.write_text(text, encoding="utf-8")
+        paths.append(p)
+    return paths
