@@ -14,7 +14,7 @@ from typing import Callable
 from infra.gates import baseline, bundle as B, versions, xid as xid_rules
 from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
-from infra.gates.parsers.common import strip_unit, to_int, yes_no
+from infra.gates.parsers.common import absent_command, missing_tool, strip_unit, to_int, yes_no
 from infra.gates.settings import GateSettings
 from infra.gates.verdict import CheckResult, Verdict, check_result
 
@@ -36,6 +36,24 @@ def not_collected(check_id: str, severity: str, expected: object, name: str, res
     stem = name.rsplit(".", 1)[0]
     return _r(check_id, severity, "not collected", expected, R, f"missing-{stem}"[:63],
               f"{name} was not collected{': ' + detail if detail else ''}; collect again", research_ref)
+
+
+def absent_tool(ev: "NodeEvidence", check_id: str, severity: str, expected: object, name: str, research_ref: str,
+                verdict: Verdict = R) -> CheckResult | None:
+    """The file's command could not run its tool: say so (not a garbled measurement), or None.
+
+    REMEDIATE by default: install the tool (or fix PATH) and collect again; a second miss
+    quarantines through the retest rule.
+    """
+    f = ev.bundle.get(name)
+    if not f.collected:
+        return None
+    line = missing_tool(f.text, f.exit_code)
+    if line is None:
+        return None
+    tool = re.sub(r"[^A-Za-z0-9._-]", "-", absent_command(line) or name.rsplit(".", 1)[0])
+    return _r(check_id, severity, f"tool missing: {line}", expected, verdict, f"tool-missing-{tool}"[:63],
+              f"{tool} is not installed or not on PATH ({line}); install it and collect again", research_ref)
 
 
 # clocks_event_reasons bits (nvidia-smi; Azure azure_gpu_clock_throttling.nhc)
@@ -233,6 +251,8 @@ def _from_q(q: nvidia_smi.QGpu) -> dict[str, object]:
 def _gpu_source_missing(ev: NodeEvidence, check_id: str, sev: str, expected: object, rref: str) -> CheckResult | None:
     if ev.query_table is None and ev.smi_q is None:
         return not_collected(check_id, sev, expected, B.QUERY_GPU, rref)
+    if not ev.gpus:  # nvidia-smi absent: no GPU can be shown; gpu.count quarantines, the rest say why
+        return absent_tool(ev, check_id, sev, expected, B.QUERY_GPU, rref, Q if check_id == "gpu.count" else R)
     return None
 
 
@@ -412,6 +432,8 @@ def check_row_remap(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     if ev.query_table is None and ev.smi_q is None and ev.remapped_table is None:
         return [not_collected(cid, sev, expected, B.REMAPPED_ROWS, rref)]
     gpus = ev.gpus
+    if not gpus and (absent := absent_tool(ev, cid, sev, expected, B.REMAPPED_ROWS, rref)) is not None:
+        return [absent]
     failure = [i for i, g in enumerate(gpus) if g.get("remap_failure") is True]
     exhausted = [i for i, g in enumerate(gpus) if (g.get("remap_uncorrectable") or 0) > s.remap_uncorrectable_limit]  # type: ignore[operator]
     pending = [i for i, g in enumerate(gpus) if g.get("remap_pending") is True]
@@ -435,6 +457,28 @@ def check_row_remap(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     return [_r(cid, sev, "failure No, pending No", expected, P, None, "", rref)]
 
 
+_PCI = re.compile(r"^(?:([0-9A-Fa-f]{4,8}):)?([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?$")
+
+
+def _pci_key(address: str) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of '0000:0f:00' (an Xid line) or '00000000:0F:00.0' (nvidia-smi)."""
+    m = _PCI.match(address.strip())
+    if not m:
+        return None
+    return int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16)
+
+
+def _gpu_at(ev: NodeEvidence, pci: str) -> str:
+    """'GPU 3 (00000000:53:00.0)' for the GPU at the Xid's PCI address; the address alone when no
+    nvidia-smi record has it (the GPU may have fallen off the bus)."""
+    key = _pci_key(pci)
+    for i, g in enumerate(ev.gpus):
+        bus = g.get("bus_id")
+        if key is not None and isinstance(bus, str) and _pci_key(bus) == key:
+            return f"GPU {i} ({bus})"
+    return f"PCI {pci} (not listed by nvidia-smi)"
+
+
 def check_kernel_log(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     if ev.kernel is None:
         return [not_collected("kernel.xid", "Q/R/W", "no Xid in the Q/R buckets", B.KERNEL_LOG, ref(12))]
@@ -446,8 +490,14 @@ def check_kernel_log(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
                      for e in log.xids), key=lambda t: (-t[0].rank, t[1]))
     worst_v, worst_x = ranked[0] if ranked else (P, None)
     seen = sorted({e.xid for e in log.xids})
-    msg = "; ".join(f"Xid {x} {xid_rules.mnemonic(x)}" for x in seen)
-    out.append(_r("kernel.xid", "Q/R/W", seen or "none", "no Xid in the Q/R buckets", worst_v,
+    where: dict[int, list[str]] = {}  # Xid -> the GPUs it names, so the operator knows which one to reset
+    for e in log.xids:
+        gpu = _gpu_at(ev, e.pci)
+        if gpu not in where.setdefault(e.xid, []):
+            where[e.xid].append(gpu)
+    msg = "; ".join(f"Xid {x} {xid_rules.mnemonic(x)} on {', '.join(where[x])}" for x in seen)
+    measured = "; ".join(f"Xid {x} on {', '.join(where[x])}" for x in seen) or "none"
+    out.append(_r("kernel.xid", "Q/R/W", measured, "no Xid in the Q/R buckets", worst_v,
                   f"xid-{worst_x}" if worst_x is not None else None, msg, ref(12)))
     # SXid
     fatal = sorted({e.sxid for e in log.sxids if e.fatal})
@@ -498,6 +548,8 @@ def check_nvlink(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     expected = f"{s.sku.gpus} GPUs x {s.sku.nvlinks_per_gpu} active links"
     if ev.nvlink is None:
         return [not_collected(cid, sev, expected, B.NVLINK_S, rref)]
+    if (absent := absent_tool(ev, cid, sev, expected, B.NVLINK_S, rref)) is not None:
+        return [absent]
     st = ev.nvlink
     bad = {g.index: f"{g.active}/{s.sku.nvlinks_per_gpu}" for g in st.gpus if g.active != s.sku.nvlinks_per_gpu}
     if len(st.gpus) != s.sku.gpus or bad:
@@ -523,9 +575,12 @@ def check_fabric_manager(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]
     text = ev.text(B.FABRICMANAGER)
     if text is None:
         return [not_collected(cid, sev, "active", B.FABRICMANAGER, rref)]
+    if (absent := absent_tool(ev, cid, sev, "active", B.FABRICMANAGER, rref)) is not None:
+        return [absent]
     state = system.parse_systemctl_is_active(text)
     if state != "active":
-        return [_r(cid, sev, state or "no output", "active", R, "fabricmanager-inactive",
+        shown = state if state in system.SYSTEMCTL_STATES else (text.strip().splitlines() or ["no output"])[0][:200]
+        return [_r(cid, sev, shown, "active", R, "fabricmanager-inactive",
                    "nvidia-fabricmanager is not active; restart it and retest (CUDA init fails with 802 without it)",
                    rref)]
     fab = {(g.get("fabric_state"), g.get("fabric_status")) for g in ev.gpus if g.get("fabric_state") is not None}
@@ -570,6 +625,8 @@ def check_dcgm(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     diag = ev.dcgm
     if diag is None:
         return [not_collected(cid, sev, expected, B.DCGM_DIAG, rref)]
+    if (absent := absent_tool(ev, cid, sev, expected, B.DCGM_DIAG, rref)) is not None:
+        return [absent]
     if diag.runtime_error:
         return [_r(cid, sev, "runtime error", expected, R, "dcgm-runtime-error", diag.runtime_error[:300], rref)]
     if not diag.results:
@@ -614,6 +671,14 @@ def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     fi, lspci = ev.fi_info, ev.lspci
     if fi is None and lspci is None:
         return [not_collected("efa.count", "Q", n, B.FI_INFO, ref(28))]
+    fi_absent = absent_tool(ev, "efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))
+    lspci_absent = absent_tool(ev, "efa.count", "Q", n, B.LSPCI_EFA, ref(28))
+    fi = None if fi_absent is not None else fi  # an absent tool counts nothing
+    lspci = None if lspci_absent is not None else lspci
+    if fi is None and lspci is None:
+        count = lspci_absent or absent_tool(ev, "efa.count", "Q", n, B.FI_INFO, ref(28))
+        return [count or not_collected("efa.count", "Q", n, B.FI_INFO, ref(28)),
+                fi_absent or not_collected("efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))]
     counts = {k: v for k, v in (("fi_info", fi.devices if fi else None), ("lspci", lspci.efa_devices if lspci else None))
               if v is not None}
     low = min(counts.values())
@@ -624,10 +689,17 @@ def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         out.append(_r("efa.count", "Q", counts, n, W, "efa-count-unexpected", f"more EFA devices than {n}", ref(28)))
     else:
         out.append(_r("efa.count", "Q", counts, n, P, None, "", ref(28)))
-    if fi is None:
+    if fi_absent is not None:
+        out.append(fi_absent)
+    elif fi is None:
         out.append(not_collected("efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29)))
     elif not fi.provider_ok:
-        why = f"fi_getinfo: {fi.error_code}" if fi.error_code is not None else "no efa FI_EP_RDM provider"
+        if fi.efa_absent is not None:  # libfabric's own words: the efa provider found no device
+            why = fi.efa_absent
+        elif fi.error_code is not None:
+            why = f"fi_getinfo: {fi.error_code}"
+        else:
+            why = "no efa FI_EP_RDM provider"
         out.append(_r("efa.provider", "Q", why, "provider efa, FI_EP_RDM", Q, "efa-provider",
                       f"libfabric has no usable EFA provider ({why})", ref(29)))
     else:
@@ -636,6 +708,9 @@ def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
 
 
 def check_nccl_net(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    expected = "Using network (AWS) Libfabric, Selected provider efa"
+    if (absent := absent_tool(ev, "efa.nccl_net", "Q", expected, B.NCCL_EFA_LOOPBACK, ref(36))) is not None:
+        return [absent]
     return [baseline.check_efa_used(ev.net, "efa.nccl_net", B.NCCL_EFA_LOOPBACK)]
 
 
@@ -663,9 +738,14 @@ def check_container(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     text = ev.text(B.CONTAINER_GPUS)
     if text is None:
         return [not_collected(cid, sev, s.sku.gpus, B.CONTAINER_GPUS, rref)]
+    if (absent := absent_tool(ev, cid, sev, s.sku.gpus, B.CONTAINER_GPUS, rref)) is not None:
+        return [absent]
     n = len(system.parse_nvidia_smi_l(text).gpus)
     if n != s.sku.gpus:
-        return [_r(cid, sev, n, s.sku.gpus, R, "container-gpus", f"a container sees {n} of {s.sku.gpus} GPUs", rref)]
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        shown = f"{n}; rc={ev.bundle.get(B.CONTAINER_GPUS).exit_code}: {first[:200]}" if n == 0 and first else n
+        return [_r(cid, sev, shown, s.sku.gpus, R, "container-gpus", f"a container sees {n} of {s.sku.gpus} GPUs",
+                   rref)]
     return [_r(cid, sev, n, s.sku.gpus, P, None, "", rref)]
 
 
@@ -674,6 +754,11 @@ def check_intra_node(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     if ev.intra is None:
         return [not_collected("nccl.intra.correctness", "Q", "#wrong 0, out of bounds 0", B.NCCL_INTRA, ref(35)),
                 not_collected("nccl.intra.busbw", "Q", f">= {s.intra_floor} GB/s", B.NCCL_INTRA, ref(34))]
+    if ev.text(B.NCCL_INTRA_JSON) is None or not ev.intra.rows:
+        absent = absent_tool(ev, "nccl.intra.correctness", "Q", "#wrong 0, out of bounds 0", B.NCCL_INTRA, ref(35))
+        if absent is not None:
+            return [absent, absent.model_copy(update={"check_id": "nccl.intra.busbw", "expected":
+                                                      f">= {s.intra_floor} GB/s", "research_ref": ref(34)})]
     return [baseline.check_correctness(ev.intra),
             baseline.check_floor(baseline.large_message_busbw(ev.intra, s.baseline_min_bytes), s.intra_floor)]
 

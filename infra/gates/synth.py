@@ -42,6 +42,7 @@ class NodeSpec:
     batch: int | None = 0
     stack: str | None = "local"
     os: str = "al2023"  # the node OS (/etc/os-release), as the BOM names it
+    xid_gpu: int = 0  # the GPU index the Xids in the kernel log name (by its PCI address)
 
 
 _QUERY_HEADER_UNITS = {"memory.total": "MiB", "power.draw": "W", "temperature.gpu": "",
@@ -173,7 +174,7 @@ def kernel_log(n: NodeSpec) -> str:
     for x in n.xids:
         detail = {79: "GPU has fallen off the bus.", 48: "An uncorrectable double bit error (DBE) has been detected",
                   64: "Row Remapper Error: (0x00000002eebc4100) - All reserved rows for bank are remapped"}.get(x, "Ch 00000008")
-        lines.append(f"2026-07-14T08:05:{x % 60:02d}+0000 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:53:00): {x}, "
+        lines.append(f"2026-07-14T08:05:{x % 60:02d}+0000 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:{0x53 + 0x10 * n.xid_gpu:02x}:00): {x}, "
                      f"pid='<unknown>', name=<unknown>, {detail}")
     return "\n".join(lines) + "\n"
 

@@ -118,22 +118,47 @@ def test_preflight_playbook_syntax_check():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_preflight_playbook_collects_a_gateable_bundle_on_localhost(tmp_path):
-    """Run the real play against localhost: tools are missing here, every failure is recorded,
-    the fetched bundle reads back and gates without crashing."""
+def test_preflight_playbook_on_a_gpu_less_host_quarantines_with_the_missing_tools(tmp_path):
+    """Run the real play against localhost (no GPU, no NVIDIA or EFA tools here): every command is
+    recorded with its exit code, the bundle reads back, and the gate says exactly why it refuses
+    the node: nvidia-smi is missing (quarantine), each other absent tool is named, no garbled value."""
+    path = "/usr/bin:/bin"
+    tools = ("nvidia-smi", "dcgmi", "fi_info", "nv-fabricmanager")
+    present = [t for t in tools if shutil.which(t, path=path + ":/opt/amazon/efa/bin:/usr/local/cuda/bin")]
+    if present:
+        pytest.skip(f"this host has {present}: it is not the GPU-less host this test describes")
     exe = Path(sys.executable).with_name("ansible-playbook")
     res = subprocess.run(
         [str(exe), "-i", "localhost,", "-c", "local", str(REPO / "playbooks" / "preflight.yml"),
          "-e", f"ansible_python_interpreter={sys.executable}", "-e", "gpufleet_become=false",
          "-e", f"gpufleet_bundle_dir={tmp_path}/bundles", "-e", f"gpufleet_remote_bundle_dir={tmp_path}/remote",
          "-e", "gpufleet_instance_type=p5.48xlarge"],
-        capture_output=True, text=True, timeout=300, env={"ANSIBLE_LOCALHOST_WARNING": "0", "PATH": "/usr/bin:/bin",
+        capture_output=True, text=True, timeout=300, env={"ANSIBLE_LOCALHOST_WARNING": "0", "PATH": path,
                                                           "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     b = B.read_bundle(tmp_path / "bundles" / "localhost")
-    assert b.problems == () and b.manifest.collected_by == "preflight.yml"
-    assert set(b.manifest.files) >= {B.QUERY_GPU, B.DCGM_DIAG, B.NCCL_INTRA, B.VERSIONS}
+    assert b.problems == () and b.manifest_problem is None and b.manifest.collected_by == "preflight.yml"
+    assert set(b.manifest.files) == set(B.BUNDLE_FILES) - {B.NCCL_INTRA_JSON}
     rec = b.manifest.files[B.DCGM_DIAG]
-    assert rec.command == "dcgmi diag -r 2 -j" and rec.started is not None and rec.ended >= rec.started
+    assert rec.command == "dcgmi diag -r 2 -j" and rec.exit_code == 127 and rec.ended >= rec.started
+    collected = json.loads(b.files[B.VERSIONS])
+    assert set(collected) == {c["key"] for c in versions.preflight_commands()}  # every component + the OS
+    assert collected["dcgm"]["exit_code"] == 127 and "dcgmi: command not found" in collected["dcgm"]["output"]
+
     r = CliRunner().invoke(main, ["gate", str(tmp_path / "bundles"), "--json"])
-    assert r.exit_code in (0, 3), r.output  # decided, not crashed
+    assert r.exit_code == 3, r.output
+    record = json.loads(r.stdout[:r.stdout.rindex("]") + 1])[0]
+    assert record["action"] == "quarantine" and record["reason_codes"][0] == "tool-missing-nvidia-smi"
+    checks = {c["check_id"]: c for c in record["checks"]}
+    assert checks["gpu.count"]["verdict"] == "QUARANTINE"
+    assert checks["gpu.count"]["measured"] == "tool missing: bash: line 1: nvidia-smi: command not found"
+    for check_id, code in (("nvlink.status", "tool-missing-nvidia-smi"), ("ecc.row_remap", "tool-missing-nvidia-smi"),
+                           ("dcgm.diag", "tool-missing-dcgmi"), ("efa.provider", "tool-missing-fi_info"),
+                           ("efa.nccl_net", "tool-missing-all_reduce_perf"),
+                           ("nccl.intra.busbw", "tool-missing-all_reduce_perf")):
+        assert (checks[check_id]["verdict"], checks[check_id]["reason_code"]) == ("REMEDIATE", code), check_id
+        assert checks[check_id]["measured"].startswith("tool missing: "), check_id
+    assert not any(c["measured"].startswith("bash:") for c in record["checks"])  # a shell error is never a value
+    fm = checks["fabric_manager"]  # systemctl's own answer, whole: a state word or its error line
+    assert fm["reason_code"] == "fabricmanager-inactive" and (fm["measured"] in ("inactive", "unknown", "failed")
+                                                             or len(fm["measured"].split()) > 1)

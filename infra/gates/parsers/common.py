@@ -141,3 +141,9 @@ def missing_tool(text: str, exit_code: int | None) -> str | None:
     if first and _ABSENT.match(first) and ("command not found" in first or ": not found" in first):
         return first
     return None
+
+
+def absent_command(line: str) -> str | None:
+    """'bash: line 1: dcgmi: command not found' -> 'dcgmi'; '/opt/x/all_reduce_perf: No such file...' -> 'all_reduce_perf'."""
+    m = _ABSENT.match(line.strip())
+    return m.group(1).rsplit("/", 1)[-1] if m else None

@@ -12,6 +12,7 @@ import re
 from infra.gates.parsers.common import ParseModel, plain_lines
 
 _FI_ERR = re.compile(r"fi_getinfo:\s*(-?\d+)")
+EFA_EMPTY = "provider efa output empty list"  # libfabric: the efa provider found no device
 
 
 class FiInfo(ParseModel):
@@ -19,6 +20,7 @@ class FiInfo(ParseModel):
     efa_rdm_domains: tuple[str, ...] = ()  # distinct device stems with provider efa, type FI_EP_RDM
     efa_any_domains: tuple[str, ...] = ()  # distinct device stems with provider efa, any type
     error_code: int | None = None  # fi_getinfo: -61 = no EFA provider / device
+    efa_absent: str | None = None  # libfabric's "... fi_getinfo: provider efa output empty list" line (FI_LOG_LEVEL)
     problems: tuple[str, ...] = ()
 
     @property
@@ -27,7 +29,7 @@ class FiInfo(ParseModel):
 
     @property
     def provider_ok(self) -> bool:
-        return bool(self.efa_rdm_domains) and self.error_code is None
+        return bool(self.efa_rdm_domains) and self.error_code is None and self.efa_absent is None
 
 
 _STEM_SUFFIXES = ("-rdm", "-dgrm", "-dgram", "-rxd")
@@ -112,8 +114,11 @@ def parse_fi_info(text: str) -> FiInfo:
     err = _FI_ERR.search(text) if "fi_getinfo" in text else None
     if "command not found" in text or "No such file" in text:
         problems.append("fi_info is not installed")
+    absent = None
+    if EFA_EMPTY in text:
+        absent = next((ln.strip() for ln in text.splitlines() if EFA_EMPTY in ln), EFA_EMPTY)
     return FiInfo(entries=entries, efa_rdm_domains=tuple(rdm), efa_any_domains=tuple(anyd),
-                  error_code=int(err.group(1)) if err else None, problems=tuple(problems))
+                  error_code=int(err.group(1)) if err else None, efa_absent=absent, problems=tuple(problems))
 
 
 _LSPCI_EFA = re.compile(r"Elastic Fabric Adapter|\b1d0f:efa[0-9a-f]\b", re.IGNORECASE)

@@ -14,6 +14,11 @@ from infra.gates import versions
 from infra.gates.parsers.common import ParseModel
 
 
+# what `systemctl is-active` prints (systemctl(1)); anything else is an error message, not a state
+SYSTEMCTL_STATES = frozenset({"active", "inactive", "failed", "activating", "deactivating", "reloading",
+                              "refreshing", "maintenance", "unknown"})
+
+
 def parse_systemctl_is_active(text: str) -> str | None:
     """'active', 'inactive', 'failed', 'activating', ... (the first word), or None when empty."""
     for line in text.splitlines():
