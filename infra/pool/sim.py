@@ -35,7 +35,7 @@ class SimPool:
 
     kind = "sim"
 
-    def __init__(self, path: Path, launcher: Launcher, *, failures_before_blacklist: int = 2,
+    def __init__(self, path: Path, launcher: Launcher | None, *, failures_before_blacklist: int = 2,
                  slots: Collection[str] | None = None, partitions: Collection[str] | None = None) -> None:
         self.path = Path(path)
         self._launcher = launcher
@@ -97,6 +97,9 @@ class SimPool:
         return PoolState(nodes={slot: _node(raw) for slot, raw in sorted(doc["nodes"].items())})
 
     def launcher(self) -> Launcher:
+        if self._launcher is None:
+            raise PoolError("this simulated pool was opened without a launcher (status only); "
+                            "the rollout injects the simulator's fabric model")
         return self._launcher
 
     # --- the file -------------------------------------------------------------------------

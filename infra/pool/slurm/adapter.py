@@ -22,7 +22,7 @@ from infra.errors import PoolError
 from infra.gates.admission import AdmissionRecord
 from infra.gates.launch import LaunchSpec
 from infra.pool import transitions
-from infra.pool.protocol import (PENDING_REASON, LaunchResult, NodeState, PendingNode, PoolNode, PoolState,
+from infra.pool.protocol import (PENDING_REASON, LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState,
                                  record_summary)
 from infra.pool.slurm.cli import SlurmCli
 from infra.pool.slurm.conf import hostlist, parse_version
@@ -36,8 +36,12 @@ SCONTROL_JSON_SINCE = (23, 2)  # scontrol show node --json; sinfo --json groups 
 class SlurmPool:
     kind = "slurm"
 
-    def __init__(self, cli: SlurmCli, *, version: str | None = None, failures_before_blacklist: int = 2) -> None:
+    def __init__(self, cli: SlurmCli, *, version: str | None = None, failures_before_blacklist: int = 2,
+                 launcher: Launcher | None = None) -> None:
+        """`launcher`: runs the gates' specs instead of srun (the simulated fleet behind local-slurm,
+        whose nodes have no GPUs to run nccl-tests on)."""
         self.cli = cli
+        self._launcher = launcher
         self.version = parse_version(version) if version else None
         self.failures_before_blacklist = failures_before_blacklist
 
@@ -174,8 +178,8 @@ class SlurmPool:
         elif new != now:
             self._write(s, new)
 
-    def launcher(self) -> "SlurmLauncher":
-        return SlurmLauncher(self.cli)
+    def launcher(self) -> Launcher:
+        return self._launcher if self._launcher is not None else SlurmLauncher(self.cli)
 
     # --- writes ---------------------------------------------------------------------------
 
