@@ -191,6 +191,8 @@ from infra.init_project import init as _init_command  # noqa: E402
 main.add_command(_init_command)
 from infra.rollout.command import rollout as _rollout_command  # noqa: E402
 main.add_command(_rollout_command)
+from infra.pool.command import pool as _pool_command  # noqa: E402
+main.add_command(_pool_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
