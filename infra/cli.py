@@ -62,22 +62,16 @@ def main(project: Path | None) -> None:
     """
 
 
-def _stack_path(stack: str, stacks_dir: Path | None) -> Path:
-    from infra.project import current_project
-
-    return stacks_dir / f"Pulumi.{stack}.yaml" if stacks_dir else current_project().stack_file(stack)
-
-
 def _load(stack: str, stacks_dir: Path | None):
     from infra import spec
 
-    return spec.load_stack_path(_stack_path(stack, stacks_dir))
+    return spec.load_stack(stack, stacks_dir)  # no --stacks-dir: the current project's stackConfigDir
 
 
 def _source(stack: str, stacks_dir: Path | None) -> str:
     from infra import spec
 
-    return spec.display_path(_stack_path(stack, stacks_dir))
+    return spec.display_path(spec.stack_file(stack, stacks_dir))
 
 
 @main.command()

@@ -31,7 +31,7 @@ from infra.project import PROJECT_FILE, STATE_DIR_NAME, REPORTS_DIR_NAME
 
 TEMPLATE_FOLDERS = ("images", "playbooks", "stacks")
 DEFAULT_STACK = "dev"
-STACKS_DIR = "stacks"
+STACK_CONFIG_DIR = "stacks"
 
 PROGRAM_SHIM = '''"""This project's Pulumi program: the one installed with gpufleet (`infra/__main__.py`).
 
@@ -101,15 +101,15 @@ def _runtime(venv: Path | None, **options: str) -> object:
 
 def project_files(name: str, stack: str, template: dict[str, bytes], venv: Path | None) -> dict[str, bytes]:
     """The new project, file by file. Pure: the caller reads the template and writes the result."""
-    stack_file = f"{STACKS_DIR}/Pulumi.{stack}.yaml"
+    stack_file = f"{STACK_CONFIG_DIR}/Pulumi.{stack}.yaml"
     if stack_file not in template:
-        shipped = sorted(p.removeprefix(f"{STACKS_DIR}/Pulumi.").removesuffix(".yaml")
-                         for p in template if p.startswith(f"{STACKS_DIR}/"))
+        shipped = sorted(p.removeprefix(f"{STACK_CONFIG_DIR}/Pulumi.").removesuffix(".yaml")
+                         for p in template if p.startswith(f"{STACK_CONFIG_DIR}/"))
         raise ConfigError(f"no example stack {stack!r}", field="--stack", expected="one of " + ", ".join(shipped))
-    files = {rel: data for rel, data in template.items() if not rel.startswith(f"{STACKS_DIR}/")}
+    files = {rel: data for rel, data in template.items() if not rel.startswith(f"{STACK_CONFIG_DIR}/")}
     files[stack_file] = template[stack_file]
     pulumi_yaml = {"name": name, "description": "A GPU cluster managed with gpufleet",
-                   "runtime": _runtime(venv, toolchain="pip"), "stackConfigDir": STACKS_DIR}
+                   "runtime": _runtime(venv, toolchain="pip"), "stackConfigDir": STACK_CONFIG_DIR}
     files[PROJECT_FILE] = yaml.safe_dump(pulumi_yaml, sort_keys=False).encode()
     files["__main__.py"] = PROGRAM_SHIM.encode()
     policy_pack = {"description": "gpufleet guardrails for GPU clusters (the pack installed with gpufleet)",
