@@ -75,7 +75,7 @@ class SimulatedCloud:
     """
 
     def __init__(self, spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str,
-                 program: dict[str, dict[str, str]], bom: Bom) -> None:
+                 program: dict[str, dict[str, str]], bom: Bom, faults: FaultPlan) -> None:
         assert spec.simulator is not None
         self.spec, self.plan, self.project, self.stack = spec, plan, project, stack
         self.config: SimulatorConfig = spec.simulator
@@ -84,7 +84,7 @@ class SimulatedCloud:
         self.dir = project.state_dir(stack) / "sim"
         self.ledger = W.Ledger(self.dir / W.LEDGER)
         self.remedies = W.Remedies(self.dir / W.REMEDIES)
-        self.faults: FaultPlan = place_faults(plan, self.config)
+        self.faults = faults
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
         self.bom = bom
         self.versions = synth.bom_versions(bom, spec.image.os)  # what a node built from the BOM runs
@@ -106,6 +106,11 @@ class SimulatedCloud:
         if spec.simulator is None:
             raise ConfigError("not a simulated stack", path=str(project.stack_file(stack)), field="gpufleet:simulator",
                               expected="a `gpufleet:simulator` key (the local stacks have one)")
+        try:
+            faults = place_faults(plan, spec.simulator)
+        except ConfigError as exc:  # checked before anything is written
+            raise ConfigError(exc.message, path=str(project.stack_file(stack)), field=exc.field,
+                              expected=exc.expected) from None
         bom = load_bom(project.path(spec.image.bom))
         directory = project.state_dir(stack) / "sim"
         directory.mkdir(parents=True, exist_ok=True)
@@ -114,7 +119,7 @@ class SimulatedCloud:
         if program is None:
             program = captured_instances(spec, plan, stack)
             W.write_program_cache(directory / W.PROGRAM, key, program)
-        return cls(spec, plan, project, stack, program, bom)
+        return cls(spec, plan, project, stack, program, bom, faults)
 
     # ---- ground truth
     def truth(self) -> Truth:

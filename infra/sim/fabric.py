@@ -134,7 +134,8 @@ def render_run(kind: str, sku: catalog.InstanceType, profiles: Sequence["NodePro
         tag = f"{_prefix(kind, rank)}{host}:{pid}:{pid} [0] NCCL INFO"
         lines.append(f"{tag} NCCL version {versions['nccl']}+cuda{cuda}")
         if uses_sockets(p):
-            lines += [f"{tag} NET/OFI No eligible providers were found", f"{tag} NET/Plugin: Could not find: libnccl-net.so.",
+            lines += [f"{tag} NET/OFI No eligible providers were found",
+                      f"{tag} NET/Plugin: Could not find: libnccl-net.so.",
                       f"{tag} NET/Socket : Using [0]ens32:{p.who.private_ip}<0>", f"{tag} Using network Socket"]
         else:
             lines += [f"{tag} NET/OFI Initializing aws-ofi-nccl {versions['aws_ofi_nccl']}",

@@ -8,12 +8,12 @@ compare the gates' decisions with the seeded truth. Pure: no I/O, the same seed 
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
-from infra.plan.model import ClusterPlan, NodeSlot
+from infra.errors import ConfigError
+from infra.plan.model import ClusterPlan
 from infra.spec import SimulatorConfig
 
 Stage = Literal["configure", "preflight", "multinode"]
@@ -168,8 +168,9 @@ def place_faults(plan: ClusterPlan, cfg: SimulatorConfig) -> FaultPlan:
         links.append((a, b) if a <= b else (b, a))
         free[number] = free[number][2:]
     if len(links) < cfg.bad_links:
-        raise ValueError(f"{cfg.bad_links} bad links need {cfg.bad_links} batches of two or more nodes; "
-                         f"the plan has {len(link_batches)}")
+        raise ConfigError(f"{cfg.bad_links} bad links need {cfg.bad_links} batches of two or more nodes; "
+                          f"the plan has {len(link_batches)}", field="gpufleet:simulator.badLinks",
+                          expected=f"at most {len(link_batches)}")
 
     kinds = [k for k, n in fault_counts(cfg, len(plan.nodes)) for _ in range(n)]
     rng.shuffle(kinds)
@@ -180,8 +181,10 @@ def place_faults(plan: ClusterPlan, cfg: SimulatorConfig) -> FaultPlan:
     for kind in kinds:
         candidates = [n for n in order if free[n]]
         if not candidates:
-            raise ValueError(f"{len(kinds)} faulty nodes do not fit in a plan of {len(plan.nodes)} nodes "
-                             f"({len(links)} bad links take two healthy nodes each)")
+            raise ConfigError(f"{len(kinds)} faulty nodes do not fit in a plan of {len(plan.nodes)} nodes "
+                              f"({len(links)} bad links take two healthy nodes each)",
+                              field="gpufleet:simulator.faults",
+                              expected=f"at most {len(plan.nodes) - 2 * len(links)} faulty nodes in all")
         number = min(candidates, key=lambda n: (per_batch[n] + 1) / len(batches[n]))
         slot = free[number].pop(rng.randrange(len(free[number])))
         placed[slot] = kind
@@ -191,7 +194,9 @@ def place_faults(plan: ClusterPlan, cfg: SimulatorConfig) -> FaultPlan:
     cs = cfg.capacity_shortfall
     if cs is not None:
         if cs.batch not in batches:
-            raise ValueError(f"capacityShortfall.batch {cs.batch}: the plan has batches 1..{len(batches)}")
+            raise ConfigError(f"batch {cs.batch} is not in the plan",
+                              field="gpufleet:simulator.capacityShortfall.batch",
+                              expected=f"a batch number from 1 to {len(batches)}")
         for s in batches[cs.batch][-cs.count:]:
             shortfall[s.name] = cs.failed_attempts
 
@@ -224,11 +229,3 @@ def jitter(seed: int, slot: str, generation: int, steps: int = 3, step: float = 
     Quantized to a few values so healthy nodes share a handful of rendered templates."""
     h = random.Random(f"{seed}/{slot}/{generation}").randint(-steps, steps)
     return 1.0 + h * step
-
-
-def slots_by_name(plan: ClusterPlan) -> dict[str, NodeSlot]:
-    return {s.name: s for s in plan.nodes}
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)

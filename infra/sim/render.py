@@ -114,6 +114,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     rc: dict[str, int] = {}
     if "efa_missing" in faults:
         rc[B.FI_INFO] = 1
+    files[B.SMI_Q] = _with_clock_counters(files[B.SMI_Q])
     xid = FAULT_XID.get(look.fault or "")
     if xid is not None:
         files[B.KERNEL_LOG] += _xid_line(xid)
@@ -124,6 +125,19 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     if look.systemic == "driver-broken":
         _driver_broken(files, rc, versions)
     return files, rc
+
+
+CLOCK_COUNTERS = ("    Clocks Event Reasons Counters\n" + "".join(
+    f"        {k:<47}: 0 us\n" for k in ("SW Power Capping", "Sync Boost", "SW Thermal Slowdown", "HW Thermal Slowdown",
+                                       "HW Power Braking")))
+
+
+def _with_clock_counters(text: str) -> str:
+    """`nvidia-smi -q` prints the event-reason counters after the reasons (driver >= 535, as in the
+    real H100 capture); an idle, healthy node has spent 0 us in each."""
+    if "Clocks Event Reasons Counters" in text:
+        return text
+    return text.replace("\n    ECC Mode\n", "\n" + CLOCK_COUNTERS + "    ECC Mode\n")
 
 
 def _xid_line(xid: int) -> str:

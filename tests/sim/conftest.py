@@ -39,14 +39,18 @@ def make_spec(target_gpus: int = 320, **simulator: Any) -> ClusterSpec:
     return ClusterSpec.from_raw(raw, source="test")
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Project:
-    root = tmp_path / "proj"
-    root.mkdir()
+def make_project(root: Path) -> Project:
+    """A copy of this project's Pulumi.yaml, stacks and images in `root` (state goes under it)."""
+    root.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
     shutil.copytree(REPO / "stacks", root / "stacks")
     shutil.copytree(REPO / "images", root / "images")
     return load_project(root)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return make_project(tmp_path / "proj")
 
 
 def open_cloud(spec: ClusterSpec, project: Project, stack: str = "local") -> SimulatedCloud:
