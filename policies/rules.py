@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from infra import catalog
-from infra.cloud import tags as t
+from infra import tagging as t
 
 MANDATORY, ADVISORY = "mandatory", "advisory"
 INSTANCE = "aws:ec2/instance:Instance"
@@ -30,11 +30,13 @@ BUCKET = "aws:s3/bucket:Bucket"
 BUCKET_SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
 BUCKET_PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 EBS_VOLUME = "aws:ebs/volume:Volume"
+SECRET = "aws:secretsmanager/secret:Secret"
+PRIVATE_SUBNET_ROLES = ("subnet-compute", "subnet-management", "subnet-control-plane")
 IAM_POLICY_TYPES = {"aws:iam/rolePolicy:RolePolicy": ("policy",), "aws:iam/policy:Policy": ("policy",),
                     "aws:iam/role:Role": ("assumeRolePolicy",)}
 TAGGED_TYPES = {INSTANCE, LAUNCH_TEMPLATE, PLACEMENT_GROUP, SECURITY_GROUP, SUBNET, FSX, BUCKET,
                 "aws:ec2/vpc:Vpc", "aws:ec2/natGateway:NatGateway", "aws:ec2/vpcEndpoint:VpcEndpoint",
-                "aws:eks/cluster:Cluster", "aws:iam/role:Role"}
+                "aws:eks/cluster:Cluster", "aws:iam/role:Role", EBS_VOLUME, SECRET}
 PERSISTENT_2_TIERS = (125, 250, 500, 1000)
 EFA_CAPACITY_STEP = {125: 38_400, 250: 19_200, 500: 9_600, 1000: 4_800}
 SECRET_PATTERNS = {
@@ -158,15 +160,31 @@ def imdsv2_required(resource_type: str, props: Mapping[str, Any]) -> list[str]:
 
 
 def no_public_ip(resource_type: str, props: Mapping[str, Any]) -> list[str]:
-    if resource_type == LAUNCH_TEMPLATE and _gpu_type(props):
+    """Cluster instances stay private. A multi-interface template cannot say so itself (see
+    `public_ip_param_multi_interface`), so the private subnets must: `mapPublicIpOnLaunch`
+    explicitly false on every one of them."""
+    if resource_type == LAUNCH_TEMPLATE:
         return [f"interface card {n.get('networkCardIndex')} device {n.get('deviceIndex')} associates a public IP"
                 for n in props.get("networkInterfaces") or [] if _truthy(n.get("associatePublicIpAddress"))]
-    if resource_type == INSTANCE and _gpu_type(props) and _truthy(props.get("associatePublicIpAddress")):
-        return ["GPU instance associates a public IP"]
-    if resource_type == SUBNET and (props.get("tags") or {}).get(t.ROLE) == "subnet-compute" \
-            and _truthy(props.get("mapPublicIpOnLaunch")):
-        return ["compute subnet maps public IPs on launch"]
+    if resource_type == INSTANCE and _truthy(props.get("associatePublicIpAddress")):
+        return ["instance associates a public IP"]
+    role = (props.get("tags") or {}).get(t.ROLE)
+    if resource_type == SUBNET and role in PRIVATE_SUBNET_ROLES and props.get("mapPublicIpOnLaunch") is not False:
+        return [f"{role.removeprefix('subnet-')} subnet does not set mapPublicIpOnLaunch: false "
+                f"(got {props.get('mapPublicIpOnLaunch')!r}); its instances rely on it to stay private"]
     return []
+
+
+def public_ip_param_multi_interface(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """EC2 rejects `associatePublicIpAddress` on a launch with several network interfaces
+    ("cannot be specified when launching with multiple network interfaces";
+    hashicorp/terraform-provider-aws#6777): even `false` makes every launch fail."""
+    interfaces = (props.get("networkInterfaces") or []) if resource_type == LAUNCH_TEMPLATE else []
+    if len(interfaces) < 2:
+        return []
+    return [f"interface card {n.get('networkCardIndex')} device {n.get('deviceIndex')} sets associatePublicIpAddress "
+            f"({n.get('associatePublicIpAddress')!r}) on a {len(interfaces)}-interface template; EC2 rejects the launch"
+            for n in interfaces if n.get("associatePublicIpAddress") is not None]
 
 
 _CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9+/=]{40}$")
@@ -229,7 +247,8 @@ def required_tags(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     if resource_type not in TAGGED_TYPES:
         return []
     tags = props.get("tags") or {}
-    wanted = t.NODE_REQUIRED if resource_type == INSTANCE else t.REQUIRED
+    gpu_node = resource_type == INSTANCE and (tags.get(t.ROLE) == "gpu-node" or _gpu_type(props) is not None)
+    wanted = t.NODE_REQUIRED if gpu_node else t.REQUIRED
     missing = [k for k in wanted if not tags.get(k)]
     out = [f"missing required tags {missing}"] if missing else []
     if tags.get(t.MANAGED_BY) not in (None, t.MANAGED_BY_VALUE):
@@ -282,7 +301,10 @@ RULES: tuple[Rule, ...] = (
          resource=efa_layout),
     Rule("efa-sg-self-only", "The EFA security group references only itself", MANDATORY, resource=efa_sg_self_only),
     Rule("imdsv2-required", "IMDSv2 required, hop limit at most 2", MANDATORY, resource=imdsv2_required),
-    Rule("no-public-ip-gpu", "No public IP on GPU nodes", MANDATORY, resource=no_public_ip),
+    Rule("no-public-ip-gpu", "No public IP on cluster instances; private subnets never map public IPs", MANDATORY,
+         resource=no_public_ip),
+    Rule("no-public-ip-param-multi-interface", "No associatePublicIpAddress on a multi-interface launch template",
+         MANDATORY, resource=public_ip_param_multi_interface),
     Rule("storage-encrypted", "FSx and EBS encrypted at rest", MANDATORY, resource=storage_encrypted),
     Rule("s3-encrypted", "S3 buckets have server-side encryption", MANDATORY, stack=buckets_encrypted),
     Rule("s3-public-access-blocked", "S3 buckets block all public access", MANDATORY, stack=buckets_private),

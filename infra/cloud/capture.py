@@ -12,20 +12,19 @@ import asyncio
 import hashlib
 import ipaddress
 import json
-import runpy
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pmocks
 from pulumi.runtime import rpc, settings
 
+from infra.cloud.program import Cluster, run_program
+from infra.cloud.staging import DEPLOYED_OUTPUT, LEGACY_IMAGES_OUTPUT
 from infra.plan import build_plan
 from infra.plan.model import ClusterPlan
 from infra.spec import ClusterSpec, load_stack, pulumi_config_from_raw
 
-PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 PROJECT = "gpufleet"
 MOCK_ACCOUNT = "123456789012"
 SERVICE_CIDR = "172.20.0.0/16"
@@ -64,29 +63,26 @@ def _digest(*parts: str, n: int = 17) -> str:
 class GpufleetMocks(pulumi.runtime.Mocks):
     """Deterministic answers for the resource types and invokes the program uses."""
 
-    def __init__(self, plan: ClusterPlan, stack: str, recorded_batches: int | None,
-                 recorded_images: dict[str, str] | None = None) -> None:
+    def __init__(self, plan: ClusterPlan, stack: str, recorded_outputs: dict[str, Any] | None) -> None:
         self.plan = plan
-        self.images = recorded_images or {}
         self.stack = stack
-        self.recorded = recorded_batches
-        hosts = ipaddress.IPv4Network(plan.network.compute.cidr).hosts()
-        for _ in range(4):  # AWS reserves .1-.3 (router, DNS, future); start after them
-            next(hosts)
-        self.ips = {slot.name: str(next(hosts)) for slot in plan.nodes}
+        self.recorded = recorded_outputs  # what the mocked StackReference answers (None: a fresh stack)
+        self.ips = dict(zip((slot.name for slot in plan.nodes), _host_ips(plan.network.compute.cidr)))
+        self.management_ips = _host_ips(plan.network.management.cidr)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
         rid = f"{typ.split(':')[-1].lower()}-{_digest(self.stack, typ, name)}"
         out = dict(inputs)
         if typ == "pulumi:pulumi:StackReference":
-            outputs = {} if self.recorded is None else {"deployedBatches": self.recorded, "batchImages": self.images}
-            return inputs.get("name", name), {"name": inputs.get("name", name), "outputs": outputs,
+            return inputs.get("name", name), {"name": inputs.get("name", name), "outputs": dict(self.recorded or {}),
                                               "secretOutputNames": []}
         out.setdefault("arn", f"arn:aws:{typ.split(':')[1].split('/')[0]}:{self.plan.region}:{MOCK_ACCOUNT}:{rid}")
         out.setdefault("tagsAll", inputs.get("tags", {}))
         if typ == "aws:ec2/instance:Instance":
-            out.update(privateIp=self.ips[name], privateDns=f"ip-{self.ips[name].replace('.', '-')}.ec2.internal",
+            ip = self.ips.get(name) or next(self.management_ips)  # GPU slots by index; the Slurm head node
+            self.ips[name] = ip
+            out.update(privateIp=ip, privateDns=f"ip-{ip.replace('.', '-')}.ec2.internal",
                        instanceState="running", id=f"i-{_digest(self.stack, name)}")
             return out["id"], out
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
@@ -155,6 +151,14 @@ class RecordingMonitor(pmocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
+def _host_ips(cidr: str):
+    """A subnet's usable addresses in order, after the ones AWS reserves (.0-.3)."""
+    hosts = ipaddress.IPv4Network(cidr).hosts()
+    for _ in range(3):  # .1-.3: router, DNS, future use
+        next(hosts)
+    return (str(ip) for ip in hosts)
+
+
 def _plain(value: Any) -> Any:
     """Deserialized properties as plain JSON-able data (secrets unwrapped, unknowns as None)."""
     if isinstance(value, dict):
@@ -171,14 +175,19 @@ def _plain(value: Any) -> Any:
 
 
 def capture_program(spec_or_stack: ClusterSpec | str, *, stack: str | None = None, target_batch: int | None = None,
-                    recorded_batches: int | None = None, recorded_images: dict[str, str] | None = None, overrides: dict[str, Any] | None = None) -> Capture:
-    """Run `infra/__main__.py` under mocks; return every registration and the exports.
+                    recorded_outputs: dict[str, Any] | None = None, recorded_batches: int | None = None,
+                    recorded_images: dict[str, str] | None = None,
+                    overrides: dict[str, Any] | None = None) -> Capture:
+    """Run the real program (`program.run_program`) under mocks; return every registration and the exports.
 
-    `target_batch` overrides `gpufleet:rollout.targetBatch`; `recorded_batches` and
-    `recorded_images` are what the mocked StackReference says the stack last deployed
-    (its `deployedBatches` and `batchImages` outputs; None: a fresh stack); `overrides`
-    replaces whole `gpufleet:` keys of the raw config (e.g. a different `image`).
-    Re-entrant: each call gets a fresh event loop, config, root stack and monitor.
+    This is the one place that runs the program with `mocked=True`, which is what lets a
+    simulated stack through (the offline preview and the simulator come here).
+    `target_batch` overrides `gpufleet:rollout.targetBatch`. What the stack last deployed is
+    what the mocked StackReference answers: `recorded_outputs`, e.g. a previous capture's
+    `outputs` (its `deployedSlots`); or, for a stack deployed before `deployedSlots` existed,
+    `recorded_batches` and `recorded_images` (its `deployedBatches` and `batchImages`); none of
+    them: a fresh stack. `overrides` replaces whole `gpufleet:` keys of the raw config (e.g. a
+    different `image`). Re-entrant: each call gets a fresh event loop, config, root stack and monitor.
     """
     if isinstance(spec_or_stack, str):
         stack_name = stack or spec_or_stack
@@ -191,21 +200,23 @@ def capture_program(spec_or_stack: ClusterSpec | str, *, stack: str | None = Non
     if target_batch is not None:
         raw["rollout"] = {**raw.get("rollout", {}), "targetBatch": target_batch}
     spec = ClusterSpec.from_raw(raw, source=f"stack {stack_name}")
-    plan = build_plan(spec)
-    mocks = GpufleetMocks(plan, stack_name, recorded_batches, recorded_images)
+    if recorded_outputs is None and recorded_batches is not None:
+        recorded_outputs = {DEPLOYED_OUTPUT: recorded_batches, LEGACY_IMAGES_OUTPUT: recorded_images or {}}
+    mocks = GpufleetMocks(build_plan(spec), stack_name, recorded_outputs)
     monitor = RecordingMonitor(mocks)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    ran: list[Cluster] = []
     try:
         settings.ROOT.set(None)
         pulumi.runtime.set_all_config(pulumi_config_from_raw(raw))
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
         settings.ROOT.set(None)  # set_mocks made (and finished) a root stack; run_in_stack makes the one exports go to
-        loop.run_until_complete(pulumi.runtime.stack.run_in_stack(lambda: runpy.run_path(str(PROGRAM))))
+        loop.run_until_complete(pulumi.runtime.stack.run_in_stack(lambda: ran.append(run_program(mocked=True))))
     finally:
         settings.SETTINGS.rpc_manager.clear()
         settings.SETTINGS.outputs.clear()
         loop.close()
         asyncio.set_event_loop(None)
-    return Capture(stack=stack_name, spec=spec, plan=plan, registrations=monitor.registrations,
+    return Capture(stack=stack_name, spec=spec, plan=ran[0].plan, registrations=monitor.registrations,
                    outputs=monitor.stack_outputs)

@@ -1,23 +1,23 @@
 """GPU nodes in staged batches: placement group, launch template, one instance per slot.
 
 The launch template's interface layout comes from the catalog (primary ENA on card 0,
-EFA-only on the others), each interface with both the EFA and the node security group and
-no public IP. Instances are named by their plan slot, so raising the batch target only adds
-names; `staging.Staging` decides which batches exist, which are protected and which ignore
-image changes. Capacity reservations and blocks are targeted, never bought.
+EFA-only on the others), each interface with both the EFA and the node security group; the
+subnet keeps them private. Instances are named by their plan slot, so raising the batch target
+only adds names; `staging.resolve_staging` decides which slots exist, which are protected and
+which ignore image changes. Capacity reservations and blocks are targeted, never bought.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
 from infra.catalog import InstanceType
-from infra.cloud import tags as t
-from infra.cloud.staging import FROZEN_PROPERTIES, Staging
-from infra.plan.model import ClusterPlan, NodeSlot
+from infra import tagging as t
+from infra.cloud.staging import FROZEN_PROPERTIES, StagedSlot
+from infra.plan.model import ClusterPlan
 from infra.spec import CapacityType, ClusterSpec
 
 ROOT_DEVICE = {"al2023": "/dev/xvda", "ubuntu-22.04": "/dev/sda1", "ubuntu-24.04": "/dev/sda1"}
@@ -30,31 +30,38 @@ def capacity_ids(spec: ClusterSpec) -> tuple[str, ...]:
     return cap.capacity_block_ids if cap.type is CapacityType.CAPACITY_BLOCK else cap.reservation_ids
 
 
-def reservation_for(slot: NodeSlot, nodes: int, ids: tuple[str, ...]) -> str | None:
+def reservation_for(index: int, nodes: int, ids: tuple[str, ...]) -> str | None:
     """Slots split into contiguous equal shares over the named reservations (stable as batches grow)."""
     if not ids:
         return None
-    return ids[min(slot.index * len(ids) // max(nodes, 1), len(ids) - 1)]
+    return ids[min(index * len(ids) // max(nodes, 1), len(ids) - 1)]
 
 
 def network_interfaces(instance: InstanceType, subnet_id: pulumi.Input[str],
                        security_groups: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One entry per catalog interface. `associate_public_ip_address` only on a single-interface
+    layout: EC2 rejects the parameter on a launch with several network interfaces ("The
+    associatePublicIPAddress parameter cannot be specified when launching with multiple network
+    interfaces"; Terraform's AWS provider stopped sending it for that reason:
+    hashicorp/terraform-provider-aws#6777, fixed by #10157). The subnet's
+    `mapPublicIpOnLaunch: false` keeps these nodes private; the policy pack checks both."""
+    single = len(instance.interfaces) == 1
     return [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
         network_card_index=slot.network_card_index, device_index=slot.device_index,
         interface_type=slot.interface_type.value, subnet_id=subnet_id, security_groups=security_groups,
-        associate_public_ip_address=False, delete_on_termination=True,
+        associate_public_ip_address=False if single else None, delete_on_termination=True,
         description=f"card {slot.network_card_index} device {slot.device_index} {slot.interface_type.value}")
         for slot in instance.interfaces]
 
 
 class Compute(pulumi.ComponentResource):
-    """Placement group, the launch template for the stack's instance type, and the active batches' instances."""
+    """Placement group, the launch template for the stack's instance type, and the staged slots' instances."""
 
-    def __init__(self, name: str, spec: ClusterSpec, plan: ClusterPlan, staging: Staging,
+    def __init__(self, name: str, spec: ClusterSpec, plan: ClusterPlan, slots: Sequence[StagedSlot],
                  subnet_id: pulumi.Input[str], security_groups: list[pulumi.Input[str]],
                  instance_profile_arn: pulumi.Input[str], ami: pulumi.Input[str],
-                 batch_ami: Callable[[int], pulumi.Input[str]],
-                 user_data: Callable[[NodeSlot], pulumi.Input[str]], tags: dict[str, str],
+                 slot_ami: Callable[[StagedSlot], pulumi.Input[str]],
+                 user_data: Callable[[StagedSlot], pulumi.Input[str]], tags: dict[str, str],
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:compute:Compute", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -89,11 +96,11 @@ class Compute(pulumi.ComponentResource):
                                 for r in ("instance", "volume", "network-interface")],
             update_default_version=True, tags=t.with_role(tags, "launch-template"), opts=child)
         self.instances: dict[str, aws.ec2.Instance] = {}
-        self.slots: list[NodeSlot] = [s for s in plan.nodes if staging.has_instances(s.batch)]
+        self.slots = list(slots)
         for slot in self.slots:
-            reservation = reservation_for(slot, len(plan.nodes), ids)
+            reservation = reservation_for(slot.index, len(plan.nodes), ids)
             self.instances[slot.name] = aws.ec2.Instance(
-                slot.name, ami=batch_ami(slot.batch), instance_type=instance.name, availability_zone=plan.availability_zone,
+                slot.name, ami=slot_ami(slot), instance_type=instance.name, availability_zone=plan.availability_zone,
                 launch_template=aws.ec2.InstanceLaunchTemplateArgs(
                     id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
                 user_data=user_data(slot), user_data_replace_on_change=False,
@@ -104,8 +111,8 @@ class Compute(pulumi.ComponentResource):
                         capacity_reservation_target=aws.ec2.InstanceCapacityReservationSpecificationCapacityReservationTargetArgs(
                             capacity_reservation_id=reservation)) if reservation else None),
                 tags=t.node_tags(tags, slot),
-                opts=pulumi.ResourceOptions(parent=self, protect=staging.protected(slot.batch),
-                                            ignore_changes=FROZEN_PROPERTIES if staging.existing(slot.batch) else None))
+                opts=pulumi.ResourceOptions(parent=self, protect=slot.protected,
+                                            ignore_changes=FROZEN_PROPERTIES if slot.existing else None))
         self.register_outputs({"placementGroup": self.placement_group.name,
                                "launchTemplateId": self.launch_template.id, "instances": len(self.instances)})
 

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.cloud import tags as t
+from infra import tagging as t
 
 ASSUME_EKS = {"Version": "2012-10-17", "Statement": [
     {"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}]}

@@ -12,7 +12,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.cloud import tags as t
+from infra import tagging as t
 
 MANAGED_POLICIES = {
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.cloud import tags as t
+from infra import tagging as t
 from infra.plan.model import ClusterPlan
 from infra.plan.network import INTERFACE_ENDPOINTS
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 CONTROL_PLANE_PORTS = (443, 10250)
+SLURMCTLD_PORT = 6817  # nodes -> controller (slurm.conf SlurmctldPort)
+SLURMD_PORT = 6818  # controller -> nodes (slurm.conf SlurmdPort)
+SRUN_PORTS = (60001, 63000)  # nodes -> srun on the controller (slurm.conf SrunPortRange)
 SMALL_SUBNET_PREFIX = 28  # public (NAT) and the second control-plane subnet need few addresses
 
 
@@ -50,7 +53,7 @@ class Network(pulumi.ComponentResource):
     """VPC, subnets, NAT egress, endpoints and the node, EFA and Lustre security groups."""
 
     def __init__(self, name: str, plan: ClusterPlan, vpc_cidr: str, tags: dict[str, str], eks: bool,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 slurm: bool = False, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.az = plan.availability_zone
@@ -88,13 +91,17 @@ class Network(pulumi.ComponentResource):
             tags=t.with_role(tags, "lustre", f"{name}-lustre"), opts=child)
         self.node_sg = aws.ec2.SecurityGroup(
             f"{name}-node", vpc_id=self.vpc.id, description="GPU nodes: endpoints, NAT, control plane, Lustre",
-            ingress=self._node_ingress(mgmt_cidr, extra.control_plane if eks else None, compute_cidr),
+            ingress=self._node_ingress(mgmt_cidr, extra.control_plane if eks else None, compute_cidr, slurm),
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
                                                     description="HTTPS to VPC endpoints and through NAT"),
                     *[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=lo, to_port=hi,
                                                       cidr_blocks=[compute_cidr], description="Lustre clients")
-                      for lo, hi in LUSTRE_PORTS]],
+                      for lo, hi in LUSTRE_PORTS],
+                    *([aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=lo, to_port=hi,
+                                                       cidr_blocks=[mgmt_cidr], description=what)
+                       for lo, hi, what in ((SLURMCTLD_PORT, SLURMCTLD_PORT, "slurmctld on the controller"),
+                                            (*SRUN_PORTS, "srun on the controller"))] if slurm else [])],
             tags=t.with_role(tags, "node", f"{name}-node"), opts=child)
         self.endpoint_sg = aws.ec2.SecurityGroup(
             f"{name}-endpoints", vpc_id=self.vpc.id, description="Interface endpoints: HTTPS from the cluster",
@@ -107,8 +114,8 @@ class Network(pulumi.ComponentResource):
                                "efaSecurityGroupId": self.efa_sg.id, "nodeSecurityGroupId": self.node_sg.id})
 
     @staticmethod
-    def _node_ingress(mgmt_cidr: str, control_plane_cidr: str | None,
-                      compute_cidr: str) -> list[aws.ec2.SecurityGroupIngressArgs]:
+    def _node_ingress(mgmt_cidr: str, control_plane_cidr: str | None, compute_cidr: str,
+                      slurm: bool) -> list[aws.ec2.SecurityGroupIngressArgs]:
         rules = [aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=22, to_port=22, cidr_blocks=[mgmt_cidr],
                                                   description="management (SSH) from the management subnet only")]
         rules += [aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=lo, to_port=hi, cidr_blocks=[compute_cidr],
@@ -119,6 +126,10 @@ class Network(pulumi.ComponentResource):
                                                        cidr_blocks=[mgmt_cidr, control_plane_cidr],
                                                        description=f"EKS control plane to node port {p}")
                       for p in CONTROL_PLANE_PORTS]
+        if slurm:  # the controller sits in the management subnet; node-to-node goes through the EFA group
+            rules.append(aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=SLURMD_PORT, to_port=SLURMD_PORT,
+                                                          cidr_blocks=[mgmt_cidr],
+                                                          description="slurmctld to slurmd"))
         return rules
 
     def _subnet(self, name: str, role: str, cidr: str, az, tags: dict[str, str],

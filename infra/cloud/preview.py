@@ -2,7 +2,8 @@
 
 Runs the real program under mocks (`capture.capture_program`), summarises what `pulumi up`
 would register (counts by type and batch, the interface layout, storage) and runs the policy
-rules over it. A mandatory violation is a gate failure (exit 3).
+rules over it. A mandatory violation is a gate failure (exit 3); an ERROR finding of the plan
+(BOM rules included) stops the program itself, so the preview exits 2 naming every one.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from infra import tagging as t
 from infra.cloud.capture import Capture, capture_program
 from infra.errors import GateFailed
 from infra.spec import ClusterSpec
@@ -22,7 +24,8 @@ INSTANCE = "aws:ec2/instance:Instance"
 def preview_report(capture: Capture) -> dict[str, Any]:
     regs = capture.registrations
     violations = evaluate((r.type, r.name, r.inputs, r.outputs) for r in regs)
-    by_batch = Counter(str(r.inputs["tags"]["gpufleet.io/batch"]) for r in regs if r.type == INSTANCE)
+    by_batch = Counter(str(r.inputs["tags"][t.BATCH]) for r in regs
+                       if r.type == INSTANCE and r.inputs["tags"].get(t.ROLE) == "gpu-node")
     lts = [r for r in regs if r.type == "aws:ec2/launchTemplate:LaunchTemplate"]
     fsx = next(r for r in regs if r.type == "aws:fsx/lustreFileSystem:LustreFileSystem")
     return {

@@ -1,7 +1,9 @@
 """The whole cluster from one spec and its plan: what `infra/__main__.py` runs.
 
 Kept apart from `__main__.py` so the offline preview, the tests and the simulator run the
-same wiring under mocks. An ERROR finding stops here: nothing is created from a bad plan.
+same wiring under mocks (`capture.capture_program` calls `run_program(mocked=True)`). Any
+ERROR finding, BOM rules included, stops here: nothing is created from a bad plan; and a
+simulated stack stops here unless it runs under mocks.
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.cloud import tags as t
+from infra import tagging as t
 from infra.cloud.compute import Compute
 from infra.cloud.eks import Eks
 from infra.cloud.identity import Identity
 from infra.cloud.network import Network
-from infra.cloud.staging import DEPLOYED_OUTPUT, IMAGES_OUTPUT, own_stack_name, recorded_state, resolve_staging
+from infra.cloud.recorded import own_stack_name, recorded_deployment
+from infra.cloud.slurm_controller import SlurmController
+from infra.cloud.staging import (DEPLOYED_OUTPUT, SLOTS_OUTPUT, StagedSlot, Staging, encode_deployment, layout_settings,
+                                 resolve_staging)
 from infra.cloud.storage import Storage
 from infra.cloud.userdata import EksCoordinates, eks_user_data, shell_user_data
 from infra.errors import ConfigError
-from infra.findings import has_errors
-from infra.plan.model import ClusterPlan, NodeSlot
-from infra.spec import ClusterSpec
+from infra.findings import Level
+from infra.plan import plan_stack
+from infra.plan.model import ClusterPlan
+from infra.spec import ClusterSpec, load_from_pulumi_config
 
 DEFAULT_AMI_PARAMETERS = {
     "al2023": "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/nvidia/recommended/image_id",
@@ -48,19 +54,21 @@ def resolve_ami(spec: ClusterSpec) -> pulumi.Input[str]:
 
 @dataclass
 class Cluster:
+    plan: ClusterPlan
     network: Network
     storage: Storage
     identity: Identity
     eks: Eks | None
+    slurm: SlurmController | None
     compute: Compute
-    deployed_batches: int
-    batch_images: pulumi.Output[dict[str, str]]
+    staging: Staging
+    deployment: pulumi.Output[dict]
 
     def outputs(self) -> dict[str, object]:
         out: dict[str, object] = {
             "nodes": self.compute.inventory(),
-            DEPLOYED_OUTPUT: self.deployed_batches,
-            IMAGES_OUTPUT: self.batch_images,
+            DEPLOYED_OUTPUT: self.staging.active,
+            SLOTS_OUTPUT: self.deployment,
             "fsxDnsName": self.storage.file_system.dns_name,
             "fsxMountName": self.storage.file_system.mount_name,
             "bucket": self.storage.bucket.bucket,
@@ -70,20 +78,48 @@ class Cluster:
         if self.eks is not None:
             out["clusterName"] = self.eks.name
             out["kubeconfig"] = self.eks.kubeconfig
+        if self.slurm is not None:
+            out.update(self.slurm.outputs())
         return out
 
 
-def build_cluster(spec: ClusterSpec, plan: ClusterPlan) -> Cluster:
-    if has_errors(plan.findings):
-        first = next(f for f in plan.findings if f.level.value == "ERROR")
-        raise ConfigError(first.message, field=first.field, expected="a plan without ERROR findings (gpufleet validate)")
+def refuse_simulated(spec: ClusterSpec, stack: str) -> None:
+    """A simulated stack (it has `gpufleet:simulator`) must never reach a cloud."""
+    raise ConfigError(
+        f"stack {stack} is simulated (it sets gpufleet:simulator): `pulumi up` would create real AWS resources "
+        "(an FSx file system, a NAT gateway, endpoints) for a fleet that exists only in the simulator",
+        field="gpufleet:simulator",
+        expected=f"`gpufleet rollout -s {stack}` (the simulated rollout) or `gpufleet preview --offline -s {stack}`; "
+                 "remove gpufleet:simulator to make a real stack")
+
+
+def refuse_errors(plan: ClusterPlan) -> None:
+    """Every ERROR finding (BOM rules included) stops the program: nothing is created from a bad plan."""
+    errors = [f for f in plan.findings if f.level is Level.ERROR]
+    if errors:
+        raise ConfigError(f"{len(errors)} ERROR finding(s): " + "; ".join(f"{f.code} {f.field}: {f.message}"
+                                                                           for f in errors),
+                          field=", ".join(sorted({f.field for f in errors})),
+                          expected="a plan without ERROR findings (`gpufleet validate -s STACK` lists them)")
+
+
+def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False) -> Cluster:
+    """The whole cluster. `mocked`: the caller runs it under Pulumi mocks (the offline preview and the
+    simulator, through `capture.capture_program`); only then may a simulated stack run."""
     stack, name = pulumi.get_stack(), spec.cluster.name
+    if spec.simulated and not mocked:
+        refuse_simulated(spec, stack)
+    refuse_errors(plan)
+    recorded = recorded_deployment(own_stack_name(), name, plan.nodes)
+    layout = layout_settings(spec)
+    staging = resolve_staging(plan.nodes, len(plan.batches), spec.rollout.target_batch, recorded,
+                              spec.rollout.allow_shrink, layout)
     tags = t.base_tags(stack, name)
     provider = aws.Provider("aws", region=spec.cluster.region,
                             default_tags=aws.ProviderDefaultTagsArgs(tags=tags))
     opts = pulumi.ResourceOptions(providers=[provider])
-    kubernetes = spec.pool.type == "kubernetes"
-    network = Network(f"{name}-net", plan, spec.network.vpc_cidr, tags, eks=kubernetes, opts=opts)
+    kubernetes, slurm_pool = spec.pool.type == "kubernetes", spec.pool.type == "slurm"
+    network = Network(f"{name}-net", plan, spec.network.vpc_cidr, tags, eks=kubernetes, slurm=slurm_pool, opts=opts)
     fsx_groups = [network.lustre_sg.id] + ([network.efa_sg.id] if plan.storage.efa_enabled else [])
     storage = Storage(f"{name}-storage", plan.storage, spec.storage, network.compute_subnet.id, fsx_groups, tags,
                       opts=opts)
@@ -95,18 +131,34 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan) -> Cluster:
         eks = Eks(f"{name}-eks", name, spec.cluster.region, spec.pool.kubernetes_version,
                   [network.management_subnet.id, network.control_plane_subnet.id], identity.role.arn, tags,
                   opts=opts)
-    recorded = recorded_state(own_stack_name())
-    staging = resolve_staging(spec.rollout.target_batch, recorded.batches, len(plan.batches),
-                              spec.rollout.allow_shrink)
+        from infra.pool.kubernetes.objects import pool_objects  # pulumi_kubernetes only for EKS pools
+        pool_objects(f"{name}-pool", spec, plan, storage, eks.provider, opts=opts)
+    slurm = None
+    if slurm_pool:
+        slurm = SlurmController(f"{name}-slurm", stack, spec, plan, network, tags, opts=opts)
     ami = resolve_ami(spec)
-    # Existing batches keep the image they were deployed with; only new batches get the current one.
-    images = {str(b.number): (recorded.images.get(str(b.number)) or ami) if staging.existing(b.number) else ami
-              for b in plan.batches if staging.has_instances(b.number)}
-    compute = Compute(f"{name}-compute", spec, plan, staging, network.compute_subnet.id,
+    # Existing slots keep the image they were deployed with; only new slots get the current one.
+    compute = Compute(f"{name}-compute", spec, plan, staging.slots, network.compute_subnet.id,
                       [network.efa_sg.id, network.node_sg.id], identity.instance_profile.arn, ami,
-                      lambda batch: images[str(batch)], _user_data(stack, eks), tags, opts=opts)
-    return Cluster(network=network, storage=storage, identity=identity, eks=eks, compute=compute,
-                   deployed_batches=staging.active, batch_images=pulumi.Output.from_input(images))
+                      lambda slot: (slot.ami or ami) if slot.existing else ami, _user_data(stack, eks), tags,
+                      opts=opts)
+    deployment = pulumi.Output.from_input(ami).apply(
+        lambda current: encode_deployment(staging.deployment(name, layout, current)))
+    return Cluster(plan=plan, network=network, storage=storage, identity=identity, eks=eks, slurm=slurm,
+                   compute=compute, staging=staging, deployment=deployment)
+
+
+def run_program(*, mocked: bool = False) -> Cluster:
+    """What `infra/__main__.py` runs: the stack's config, its plan with BOM findings, the cluster, exports.
+
+    The BOM is the project's (`image.bom` relative to the project root; Pulumi runs programs
+    from there). `mocked` as in `build_cluster`.
+    """
+    spec = load_from_pulumi_config()
+    cluster = build_cluster(spec, plan_stack(spec), mocked=mocked)
+    for key, value in cluster.outputs().items():
+        pulumi.export(key, value)
+    return cluster
 
 
 def _user_data(stack: str, eks: Eks | None):
@@ -115,6 +167,6 @@ def _user_data(stack: str, eks: Eks | None):
     coords = pulumi.Output.all(eks.name, eks.endpoint, eks.certificate_authority, eks.service_cidr).apply(
         lambda a: EksCoordinates(name=a[0], api_server_endpoint=a[1], certificate_authority=a[2], cidr=a[3]))
 
-    def render(slot: NodeSlot) -> pulumi.Output[str]:
+    def render(slot: StagedSlot) -> pulumi.Output[str]:
         return coords.apply(lambda c: eks_user_data(slot, stack, c))
     return render

@@ -1,86 +1,236 @@
-"""Which batches have instances: the stack's batch target against what it last deployed.
+"""Which slots have instances, which are protected, and which layout changes are refused.
 
-DESIGN section 6. `gpufleet:rollout.targetBatch` raises the count; a missing target means
-"what the stack last deployed" (its own `deployedBatches` output, read through a
-StackReference), so a plain `pulumi up` never shrinks the fleet and a fresh stack creates
-no instances until the rollout raises the target. A target past the last batch means all
-batches. A target below the recorded count is a ConfigError unless `rollout.allowShrink`.
-Instances of batches below the recorded count are admitted or being gated: protected.
-Instances that already exist ignore AMI, user-data and launch-template changes, so a new
-image reaches new batches only.
+DESIGN section 6. Pure (no Pulumi): the program feeds it the plan's slots, the batch target
+and what the stack recorded at its last deployment (its `deployedSlots` output); Hypothesis
+drives it with random layouts in tests/infra/test_staging_property.py.
+
+Why slot names and not batch counts: `rollout.batchSize`, `canaryFraction`, `cluster.unitGpus`,
+`targetGpus` and `spareFraction` re-slice the plan. Comparing batch counts, a changed layout
+would silently drop deployed instances (`pulumi up` terminates what the program no longer
+registers). So the stack records every slot it deployed, with the batch, block and AMI it was
+deployed with, and the program:
+
+- keeps every recorded slot the plan still names, with its recorded batch, block and AMI,
+  whatever batch the layout now puts it in, as long as either batch is within the target;
+- protects every recorded slot (the most recent batch too: its nodes are being gated);
+- refuses a change that would remove or rename a recorded slot, or a target below both its
+  recorded batch and its planned one, naming the slots and the settings that moved them, unless
+  `rollout.allowShrink` (then they are dropped; protected instances must be unprotected first);
+- creates the plan's slots up to the target that are not recorded yet.
+
+A missing target means "what the stack last deployed", so a plain `pulumi up` never shrinks
+the fleet and a fresh stack creates no instances until the rollout raises the target. A stack
+deployed before `deployedSlots` existed only has `deployedBatches`: its slots are taken to be
+the current plan's batches up to that count (upgrade with the layout unchanged first).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pulumi
+from typing import Any, Iterable, Mapping, Sequence
 
 from infra.errors import ConfigError
+from infra.plan.model import NodeSlot
+from infra.plan.topology import slot_name
+from infra.spec import ClusterSpec
 
-DEPLOYED_OUTPUT = "deployedBatches"
-IMAGES_OUTPUT = "batchImages"  # {batch: AMI id} as deployed, so existing batches keep their image
+SLOTS_OUTPUT = "deployedSlots"
+DEPLOYED_OUTPUT = "deployedBatches"  # kept: the preview shows it and stacks deployed before deployedSlots have only it
+LEGACY_IMAGES_OUTPUT = "batchImages"  # read only, from stacks deployed before deployedSlots: {batch: AMI id}
+SLOTS_FORMAT = 1
 FROZEN_PROPERTIES = ["ami", "user_data", "launch_template"]
+SHRINK_ADVICE = ("rollout.allowShrink: true, after `pulumi state unprotect` of those instances; "
+                 "or restore the settings they were deployed with")
+
+
+@dataclass(frozen=True, order=True)
+class SlotRecord:
+    """One deployed slot as the stack recorded it (the name follows from cluster, block, index)."""
+
+    index: int
+    block: int
+    batch: int
+    ami: str | None = None  # None: deployed before AMIs were recorded per slot
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a stack last deployed: its slots, the batch target, and the settings that laid them out."""
+
+    cluster: str
+    batches: int
+    slots: tuple[SlotRecord, ...] = ()
+    layout: Mapping[str, Any] | None = None  # None: a legacy stack (only deployedBatches was recorded)
+
+    def name(self, slot: SlotRecord) -> str:
+        return slot_name(self.cluster, slot.block, slot.index)
+
+
+@dataclass(frozen=True)
+class StagedSlot:
+    """A slot that has an instance after this update. `existing`: recorded, so protected and frozen."""
+
+    name: str
+    index: int
+    block: int
+    batch: int
+    existing: bool
+    ami: str | None = None  # the recorded AMI of an existing slot; new slots get the stack's current one
+
+    @property
+    def protected(self) -> bool:
+        return self.existing
 
 
 @dataclass(frozen=True)
 class Staging:
-    active: int  # batches 1..active have instances
-    recorded: int  # what the stack last deployed
+    active: int  # the batch target in force: plan batches 1..active have instances
+    slots: tuple[StagedSlot, ...]  # by node index
+    dropped: tuple[str, ...] = ()  # recorded slots removed because rollout.allowShrink said so
 
-    def has_instances(self, batch: int) -> bool:
-        return batch <= self.active
-
-    def protected(self, batch: int) -> bool:
-        return batch < self.recorded and batch <= self.active
-
-    def existing(self, batch: int) -> bool:
-        return batch <= self.recorded
+    def deployment(self, cluster: str, layout: Mapping[str, Any], current_ami: str | None) -> Deployment:
+        """What to record for the next update: every slot that has an instance after this one."""
+        return Deployment(cluster=cluster, batches=self.active, layout=dict(layout), slots=tuple(
+            SlotRecord(index=s.index, block=s.block, batch=s.batch, ami=s.ami if s.existing else current_ami)
+            for s in self.slots))
 
 
-def resolve_staging(target: int | None, recorded: int, batches: int, allow_shrink: bool) -> Staging:
-    active = recorded if target is None else target
-    active = min(active, batches)
-    if active < recorded and not allow_shrink:
-        raise ConfigError(
-            f"targetBatch {target if target is not None else 'unset'} would remove batches {active + 1}..{recorded}, "
-            f"which this stack deployed (output {DEPLOYED_OUTPUT}={recorded})",
-            field="gpufleet:rollout.targetBatch",
-            expected=f"a target of at least {recorded}, or rollout.allowShrink: true (protected instances "
-                     f"must then be unprotected with `pulumi state unprotect` first)")
-    return Staging(active=active, recorded=recorded)
+def layout_settings(spec: ClusterSpec) -> dict[str, Any]:
+    """The settings that decide slot names and batches, keyed by their `gpufleet:` config path."""
+    c, r = spec.cluster, spec.rollout
+    return {"cluster.name": c.name, "cluster.instanceType": c.instance_type, "cluster.targetGpus": c.target_gpus,
+            "cluster.unitGpus": c.unit_gpus, "cluster.spareFraction": c.spare_fraction,
+            "rollout.canaryFraction": r.canary_fraction, "rollout.batchSize": r.batch_size}
 
 
-@dataclass(frozen=True)
-class Recorded:
-    batches: int
-    images: dict[str, str]
+def resolve_staging(plan_slots: Sequence[NodeSlot], plan_batches: int, target: int | None,
+                    recorded: Deployment | None, allow_shrink: bool,
+                    layout: Mapping[str, Any] | None = None) -> Staging:
+    """Decide which slots have instances after this update (see the module docstring)."""
+    recorded = recorded or Deployment(cluster="", batches=0)
+    active = min(recorded.batches if target is None else target, plan_batches)
+    planned = {s.name: s for s in plan_slots}
+    kept: list[StagedSlot] = []
+    refused: list[SlotRecord] = []
+    for r in recorded.slots:
+        name = recorded.name(r)
+        # Within the target by its recorded batch or by the one the layout now gives it: keep. Never
+        # drop a slot the plan would create again in this same update (that would replace the instance).
+        if name in planned and min(r.batch, planned[name].batch) <= active:
+            kept.append(StagedSlot(name=name, index=r.index, block=r.block, batch=r.batch, existing=True, ami=r.ami))
+        else:
+            refused.append(r)
+    if refused and not allow_shrink:
+        raise ConfigError(_refusal(recorded, refused, planned, target, active, layout),
+                          field=", ".join(_moved_settings(recorded, refused, planned, layout)),
+                          expected=SHRINK_ADVICE)
+    have = {s.name for s in kept}
+    new = [StagedSlot(name=s.name, index=s.index, block=s.block, batch=s.batch, existing=False)
+           for s in plan_slots if s.batch <= active and s.name not in have]
+    return Staging(active=active, slots=tuple(sorted(kept + new, key=lambda s: s.index)),
+                   dropped=tuple(recorded.name(r) for r in refused))
 
 
-def recorded_state(stack_name: str) -> Recorded:
-    """The stack's own last `deployedBatches` and `batchImages` outputs (0 and {} for a fresh stack).
+def legacy_deployment(cluster: str, batches: int, plan_slots: Sequence[NodeSlot],
+                      images: Mapping[str, str]) -> Deployment:
+    """A stack that recorded only `deployedBatches` (and `batchImages`): the plan's batches 1..N."""
+    return Deployment(cluster=cluster, batches=batches, layout=None, slots=tuple(
+        SlotRecord(index=s.index, block=s.block, batch=s.batch, ami=images.get(str(s.batch)))
+        for s in plan_slots if s.batch <= batches))
 
-    The instance set must be a plain value at program time (resources created inside an
-    apply are invisible to previews), so the reference is awaited synchronously, the way
-    the SDK's own plain invokes do.
+
+def _moved_settings(recorded: Deployment, refused: Sequence[SlotRecord], planned: Mapping[str, NodeSlot],
+                    layout: Mapping[str, Any] | None) -> list[str]:
+    """The config paths that explain the refusal: the target, and the layout settings that changed."""
+    out = []
+    if any(recorded.name(r) in planned for r in refused):
+        out.append("gpufleet:rollout.targetBatch")
+    if any(recorded.name(r) not in planned for r in refused):
+        changed = [k for k in (layout or {}) if recorded.layout is not None and recorded.layout.get(k) != layout[k]]
+        out += [f"gpufleet:{k}" for k in changed] or ["gpufleet:cluster"]
+    return out
+
+
+def _refusal(recorded: Deployment, refused: Sequence[SlotRecord], planned: Mapping[str, NodeSlot],
+             target: int | None, active: int, layout: Mapping[str, Any] | None) -> str:
+    gone = [r for r in refused if recorded.name(r) not in planned]
+    above = [r for r in refused if recorded.name(r) in planned]
+    parts = []
+    if gone:
+        old = recorded.layout or {}
+        changed = [f"{k} {old.get(k)!r} -> {layout[k]!r}" for k in (layout or {})
+                   if recorded.layout is not None and old.get(k) != layout[k]]
+        why = ("the layout changed: " + ", ".join(changed)) if changed else "the plan no longer names them"
+        parts.append(f"{len(gone)} deployed slot(s) {compact_names(recorded.cluster, gone)} would be removed or "
+                     f"renamed ({why})")
+    if above:
+        parts.append(f"{len(above)} deployed slot(s) {compact_names(recorded.cluster, above)} are in batches above "
+                     f"targetBatch {target if target is not None else 'unset'} (in force: {active}; "
+                     f"deployed up to batch {recorded.batches})")
+    return "; ".join(parts) + f" (output {SLOTS_OUTPUT})"
+
+
+def compact_names(cluster: str, slots: Iterable[SlotRecord], limit: int = 6) -> str:
+    """`c-b0001-n00005..00009, c-b0002-n00012..b0004-n00020`: consecutive nodes as one range."""
+    shown = []
+    for run in _runs(sorted(slots), key=lambda r: ()):
+        first, last = run[0], run[-1]
+        name = slot_name(cluster, first.block, first.index)
+        if first is last:
+            shown.append(name)
+            continue
+        tail = slot_name(cluster, last.block, last.index)[len(cluster) + 1:]  # b0004-n00020
+        shown.append(f"{name}..{tail.split('-n', 1)[1] if last.block == first.block else tail}")
+    more = f" and {len(shown) - limit} more range(s)" if len(shown) > limit else ""
+    return ", ".join(shown[:limit]) + more
+
+
+def _runs(slots: Sequence[SlotRecord], key) -> list[list[SlotRecord]]:
+    """Maximal runs of consecutive node indexes sharing `key(slot)`."""
+    runs: list[list[SlotRecord]] = []
+    for s in slots:
+        if runs and runs[-1][-1].index + 1 == s.index and key(runs[-1][-1]) == key(s):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
+
+
+# --- the `deployedSlots` output --------------------------------------------------------------
+
+def encode_deployment(d: Deployment) -> dict[str, Any]:
+    """Compact JSON: runs of consecutive nodes sharing block, batch and AMI, AMIs in one table.
+
+    1,250 nodes in blocks of 5 give at most 250 runs: a few kilobytes of stack output.
     """
-    from pulumi.runtime.sync_await import _sync_await
+    amis = sorted({s.ami for s in d.slots if s.ami is not None})
+    ami_ref = {a: i for i, a in enumerate(amis)}
+    runs = [[rs[0].block, rs[0].batch, rs[0].index, rs[-1].index, ami_ref.get(rs[0].ami, -1)]  # type: ignore[arg-type]
+            for rs in _runs(sorted(d.slots), key=lambda r: (r.block, r.batch, r.ami))]
+    return {"format": SLOTS_FORMAT, "cluster": d.cluster, "batches": d.batches, "layout": dict(d.layout or {}),
+            "amis": amis, "runs": runs}
 
-    ref = pulumi.StackReference(stack_name)
 
-    def read(name: str):
-        details = _sync_await(ref.get_output_details(name))
-        return details.value if details.value is not None else details.secret_value
-
-    value, images = read(DEPLOYED_OUTPUT), read(IMAGES_OUTPUT)
+def decode_deployment(value: Any) -> Deployment:
+    """The inverse of `encode_deployment`; a malformed output is a ConfigError naming it."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"stack output {SLOTS_OUTPUT} is malformed: {why}", field=SLOTS_OUTPUT,
+                           expected=f"the format-{SLOTS_FORMAT} object this program writes")
+    if not isinstance(value, Mapping) or value.get("format") != SLOTS_FORMAT:
+        raise bad(f"format {value.get('format') if isinstance(value, Mapping) else type(value).__name__!r}")
     try:
-        batches = max(0, int(value)) if value is not None else 0
-    except (TypeError, ValueError):
-        raise ConfigError(f"stack output {DEPLOYED_OUTPUT} is {value!r}", field=DEPLOYED_OUTPUT,
-                          expected="an integer batch count") from None
-    images = {str(k): str(v) for k, v in images.items()} if isinstance(images, dict) else {}
-    return Recorded(batches=batches, images=images)
-
-
-def own_stack_name() -> str:
-    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+        cluster, batches, amis = str(value["cluster"]), int(value["batches"]), [str(a) for a in value["amis"]]
+        slots: list[SlotRecord] = []
+        for block, batch, first, last, ami in value["runs"]:
+            if not 0 <= int(first) <= int(last) or not -1 <= int(ami) < len(amis):
+                raise bad(f"run {[block, batch, first, last, ami]}")
+            slots += [SlotRecord(index=i, block=int(block), batch=int(batch), ami=amis[int(ami)] if ami >= 0 else None)
+                      for i in range(int(first), int(last) + 1)]
+        # Stack outputs travel as JSON numbers (doubles): 8 comes back 8.0; show it as the user wrote it.
+        layout = {str(k): int(v) if isinstance(v, float) and v.is_integer() else v
+                  for k, v in (value.get("layout") or {}).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise bad(f"{type(exc).__name__}: {exc}") from None
+    if len({s.index for s in slots}) != len(slots):
+        raise bad("a node index appears twice")
+    return Deployment(cluster=cluster, batches=batches, slots=tuple(sorted(slots)), layout=layout)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.cloud import tags as t
+from infra import tagging as t
 from infra.errors import ConfigError
 from infra.plan.model import StoragePlan
 from infra.spec import StorageConfig

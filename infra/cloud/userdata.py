@@ -18,7 +18,7 @@ from email.mime.text import MIMEText
 
 import yaml
 
-from infra.plan.model import NodeSlot
+from infra.tagging import SlotIdentity as NodeSlot  # a plan slot or a staged one: name, batch, block
 
 GATE_TAINT = "gpufleet.io/gate=pending:NoSchedule"
 NODEADM_CONTENT_TYPE = "application/node.eks.aws"  # what nodeadm looks for in MIME user data

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipaddress
 
 from infra.catalog import CATALOG
-from infra.cloud import tags as t
-from infra.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, extra_subnets
+from infra import tagging as t
+from infra.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, SLURMCTLD_PORT, SRUN_PORTS, extra_subnets
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 SG = "aws:ec2/securityGroup:SecurityGroup"
@@ -26,14 +26,30 @@ def test_interface_layout_comes_from_the_catalog(cap):
     assert sum(1 for g in got if g[2] != "interface") == instance.efa_interfaces
 
 
-def test_both_security_groups_on_every_interface_and_no_public_ip(cap):
+def test_both_security_groups_on_every_interface_and_no_public_ip_parameter(cap):
     lt, = cap.of_type(LT)
     efa, node = _sg(cap, "efa").outputs["id"], _sg(cap, "node").outputs["id"]
     compute = next(r for r in cap.of_type("aws:ec2/subnet:Subnet") if r.inputs["tags"][t.ROLE] == "subnet-compute")
+    assert len(lt.inputs["networkInterfaces"]) > 1
     for n in lt.inputs["networkInterfaces"]:
         assert sorted(n["securityGroups"]) == sorted([efa, node])
-        assert n["associatePublicIpAddress"] is False and n["deleteOnTermination"] is True
+        # EC2 rejects the parameter on a multi-interface launch: the subnet keeps nodes private
+        assert "associatePublicIpAddress" not in n and n["deleteOnTermination"] is True
         assert n["subnetId"] == compute.outputs["id"]
+    assert compute.inputs["mapPublicIpOnLaunch"] is False
+
+
+def test_a_single_interface_layout_still_says_no_public_ip():
+    from dataclasses import replace
+
+    from infra.catalog import InterfaceSlot, InterfaceType
+    from infra.cloud.compute import network_interfaces
+
+    base = CATALOG["p5.48xlarge"]
+    single = replace(base, interfaces=(InterfaceSlot(0, 0, InterfaceType.ENA),))
+    one, = network_interfaces(single, "subnet-1", ["sg-1"])
+    assert one.associate_public_ip_address is False
+    assert all(n.associate_public_ip_address is None for n in network_interfaces(base, "subnet-1", ["sg-1"]))
 
 
 def test_imdsv2_root_volume_and_placement(cap):
@@ -68,8 +84,10 @@ def test_efa_group_is_self_only_and_node_group_is_narrow(cap):
     mgmt = cap.plan.network.management.cidr
     ssh = [r for r in node["ingress"] if r["fromPort"] == 22]
     assert ssh and all(r["cidrBlocks"] == [mgmt] for r in ssh)
+    slurm = {(SLURMCTLD_PORT, SLURMCTLD_PORT), SRUN_PORTS} if cap.spec.pool.type == "slurm" else set()
     assert all(r["fromPort"] == r["toPort"] == 443 or (r["fromPort"], r["toPort"]) in LUSTRE_PORTS
-               for r in node["egress"])
+               or ((r["fromPort"], r["toPort"]) in slurm and r["cidrBlocks"] == [mgmt]) for r in node["egress"])
+    assert slurm <= {(r["fromPort"], r["toPort"]) for r in node["egress"]}
     ports = {(r["fromPort"], r["toPort"]) for r in node["ingress"]}
     eks = cap.spec.pool.type == "kubernetes"
     assert ((443, 443) in ports and (10250, 10250) in ports) == eks
@@ -114,7 +132,7 @@ def test_every_taggable_resource_carries_the_stack_tags(cap):
 
 
 def test_instances_are_the_plan_slots_with_their_tags(cap):
-    instances = {i.name: i.inputs for i in cap.of_type(INSTANCE)}
+    instances = {i.name: i.inputs for i in cap.of_type(INSTANCE) if i.inputs["tags"][t.ROLE] == "gpu-node"}
     assert sorted(instances) == sorted(s.name for s in cap.plan.nodes)
     for slot in cap.plan.nodes[:: max(1, len(cap.plan.nodes) // 7)]:
         tags = instances[slot.name]["tags"]

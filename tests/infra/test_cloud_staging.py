@@ -1,70 +1,104 @@
-"""Staged batches (DESIGN section 6): targets only grow the fleet; nothing admitted is lost."""
+"""Staged batches through the real program (DESIGN section 6): targets only grow the fleet;
+every deployed instance is protected and kept, whatever the layout now says."""
 
 from __future__ import annotations
 
 import pytest
 
+from infra import tagging as t
 from infra.cloud.capture import capture_program
-from infra.cloud.staging import resolve_staging
+from infra.cloud.staging import decode_deployment
 from infra.errors import ConfigError
 
 INSTANCE = "aws:ec2/instance:Instance"
 
 
-def _instances(cap):
-    return {r.name: r for r in cap.of_type(INSTANCE)}
+def _nodes(cap):
+    return {r.name: r for r in cap.of_type(INSTANCE) if r.inputs["tags"][t.ROLE] == "gpu-node"}
 
 
-@pytest.mark.parametrize("target,recorded,batches,active", [
-    (None, 0, 6, 0), (None, 3, 6, 3), (2, 0, 6, 2), (99, 0, 6, 6), (4, 4, 6, 4)])
-def test_resolve_staging(target, recorded, batches, active):
-    assert resolve_staging(target, recorded, batches, allow_shrink=False).active == active
+def _grow(stack, targets, **kw):
+    caps, recorded = [], None
+    for n in targets:
+        caps.append(capture_program(stack, target_batch=n, recorded_outputs=recorded, **kw))
+        recorded = caps[-1].outputs
+    return caps
 
 
-def test_lower_target_fails_unless_shrink_is_allowed():
-    with pytest.raises(ConfigError, match="would remove batches 3..4"):
-        resolve_staging(2, 4, 6, allow_shrink=False)
-    assert resolve_staging(2, 4, 6, allow_shrink=True).active == 2
-
-
-def test_raising_the_target_only_adds_instances_and_keeps_earlier_inputs():
-    caps = [capture_program("local", target_batch=n, recorded_batches=n - 1) for n in (1, 2, 3)]
-    sets = [_instances(c) for c in caps]
-    assert [len(s) for s in sets] == [caps[0].plan.batches[0].node_count,
-                                      sum(b.node_count for b in caps[0].plan.batches[:2]),
-                                      sum(b.node_count for b in caps[0].plan.batches[:3])]
+def test_raising_the_target_only_adds_instances_and_protects_every_deployed_one():
+    caps = _grow("local", (1, 2, 3))
+    sets = [_nodes(c) for c in caps]
+    batches = caps[0].plan.batches
+    assert [len(s) for s in sets] == [sum(b.node_count for b in batches[:n]) for n in (1, 2, 3)]
     for before, after in zip(sets, sets[1:]):
         assert set(before) < set(after)
         for name, reg in before.items():
             assert after[name].inputs == reg.inputs
-    assert caps[-1].outputs["deployedBatches"] == 3
-    batch = {name: int(r.inputs["tags"]["gpufleet.io/batch"]) for name, r in sets[-1].items()}
-    for name, reg in sets[-1].items():  # recorded 2: batch 1 protected, batches 1-2 frozen, batch 3 new
-        assert reg.options["protect"] == (batch[name] < 2)
-        assert bool(reg.options["ignoreChanges"]) == (batch[name] <= 2)
-        if reg.options["ignoreChanges"]:
-            assert set(reg.options["ignoreChanges"]) == {"ami", "userData", "launchTemplate"}
+    batch = {name: int(r.inputs["tags"][t.BATCH]) for name, r in sets[-1].items()}
+    for name, reg in sets[-1].items():  # recorded: batches 1-2, the latest one too; batch 3 is new
+        assert reg.options["protect"] == (batch[name] <= 2)
+        assert set(reg.options["ignoreChanges"]) == ({"ami", "userData", "launchTemplate"} if batch[name] <= 2 else set())
+    recorded = decode_deployment(caps[-1].outputs["deployedSlots"])
+    assert {recorded.name(r) for r in recorded.slots} == set(sets[-1]) and caps[-1].outputs["deployedBatches"] == 3
+
+
+def test_a_new_batch_size_on_a_deployed_stack_keeps_every_instance_where_it_is():
+    before = _grow("local", (1, 2))[-1]
+    after = capture_program("local", recorded_outputs=before.outputs,
+                            overrides={"rollout": {"batchSize": 10, "canaryFraction": 0.05}})
+    kept, old = _nodes(after), _nodes(before)
+    assert set(old) <= set(kept)
+    for name, reg in old.items():  # the recorded batch stays on the instance, whatever the layout says now
+        assert kept[name].inputs == reg.inputs and kept[name].options["protect"]
+    assert any(s.batch != int(old[s.name].inputs["tags"][t.BATCH]) for s in after.plan.nodes if s.name in old)
+
+
+def test_a_new_block_size_is_refused_naming_the_slots_and_the_setting():
+    before = capture_program("dev", target_batch=2)
+    cluster = before.spec.cluster.model_dump(mode="json", by_alias=True, exclude_none=True)
+    with pytest.raises(ConfigError, match=r"dev-b0001-n00001 would be removed or renamed.*cluster.unitGpus 8 -> 16") \
+            as err:
+        capture_program("dev", recorded_outputs=before.outputs, overrides={
+            "cluster": {**cluster, "unitGpus": 16}, "partitions": [{"name": "debug", "mode": "interactive", "units": 1}]})
+    assert err.value.field == "gpufleet:cluster.unitGpus"
 
 
 def test_missing_target_keeps_what_was_deployed_and_fresh_stacks_start_empty():
-    assert not capture_program("dev").of_type(INSTANCE)
-    kept = capture_program("dev", recorded_batches=1)
-    assert len(kept.of_type(INSTANCE)) == 1 and kept.outputs["deployedBatches"] == 1
+    assert not _nodes(capture_program("dev"))
+    first = capture_program("dev", target_batch=1)
+    kept = capture_program("dev", recorded_outputs=first.outputs)
+    assert list(_nodes(kept)) == ["dev-b0000-n00000"] and kept.outputs["deployedBatches"] == 1
 
 
-def test_program_refuses_to_shrink_the_recorded_fleet():
-    with pytest.raises(ConfigError, match="deployedBatches=2"):
-        capture_program("dev", target_batch=1, recorded_batches=2)
+def test_program_refuses_to_shrink_the_recorded_fleet_unless_allowed():
+    deployed = capture_program("dev", target_batch=2)
+    with pytest.raises(ConfigError, match="dev-b0001-n00001 are in batches above targetBatch 1"):
+        capture_program("dev", target_batch=1, recorded_outputs=deployed.outputs)
+    shrunk = capture_program("dev", target_batch=1, recorded_outputs=deployed.outputs,
+                             overrides={"rollout": {"allowShrink": True, "targetBatch": 1}})
+    assert list(_nodes(shrunk)) == ["dev-b0000-n00000"]
 
 
-def test_a_new_ami_reaches_new_batches_only():
+def test_a_stack_with_only_the_legacy_batch_count_keeps_its_batches_and_gains_the_slot_record():
+    kept = capture_program("dev", recorded_batches=1, recorded_images={"1": "ami-00000000000000001"})
+    node, = _nodes(kept).values()
+    assert node.options["protect"] and node.inputs["ami"] == "ami-00000000000000001"
+    recorded = decode_deployment(kept.outputs["deployedSlots"])
+    assert [(recorded.name(r), r.ami) for r in recorded.slots] == [("dev-b0000-n00000", "ami-00000000000000001")]
+    with pytest.raises(ConfigError, match="above targetBatch 0"):
+        capture_program("dev", target_batch=0, recorded_batches=1)
+
+
+def test_a_new_ami_reaches_new_slots_only():
     old = capture_program("dev", target_batch=1)
-    first = _instances(old)["dev-b0000-n00000"]
-    new = capture_program("dev", target_batch=2, recorded_batches=1, recorded_images=old.outputs["batchImages"],
+    first = _nodes(old)["dev-b0000-n00000"]
+    new = capture_program("dev", target_batch=2, recorded_outputs=old.outputs,
                           overrides={"image": {"os": "ubuntu-22.04", "amiId": "ami-0123456789abcdef0"}})
-    existing, added = _instances(new)["dev-b0000-n00000"], _instances(new)["dev-b0001-n00001"]
+    existing, added = _nodes(new)["dev-b0000-n00000"], _nodes(new)["dev-b0001-n00001"]
     assert existing.inputs == first.inputs
     assert existing.options["ignoreChanges"] == ["ami", "userData", "launchTemplate"]
     assert added.inputs["ami"] == "ami-0123456789abcdef0" != first.inputs["ami"]
     assert added.options["ignoreChanges"] == [] and not added.options["protect"]
-    assert new.outputs["batchImages"] == {"1": first.inputs["ami"], "2": "ami-0123456789abcdef0"}
+    recorded = decode_deployment(new.outputs["deployedSlots"])
+    assert {recorded.name(r): r.ami for r in recorded.slots} == {"dev-b0000-n00000": first.inputs["ami"],
+                                                                  "dev-b0001-n00001": "ami-0123456789abcdef0"}

@@ -44,7 +44,7 @@ def test_eks_nodes_register_tainted_with_their_slot_labels(full_capture, nodeadm
 
 def test_slurm_and_sim_nodes_get_a_shell_part_and_no_nodeconfig(full_capture):
     for stack in ("dev", "local"):
-        inst = full_capture(stack).of_type(INSTANCE)[0]
+        inst = next(i for i in full_capture(stack).of_type(INSTANCE) if i.inputs["tags"]["gpufleet.io/role"] == "gpu-node")
         parts = _parts(inst.inputs["userData"])
         assert list(parts) == ["text/x-shellscript"]
         assert f"hostnamectl set-hostname {inst.name}" in parts["text/x-shellscript"]
