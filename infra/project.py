@@ -18,6 +18,7 @@ import yaml
 from infra.errors import ConfigError
 
 PROJECT_FILE = "Pulumi.yaml"
+PROJECT_FILES = (PROJECT_FILE, "Pulumi.yml")  # the Pulumi CLI accepts either extension
 PROJECT_ENV = "GPUFLEET_PROJECT"
 STATE_DIR_NAME = ".gpufleet"
 REPORTS_DIR_NAME = "reports"
@@ -66,10 +67,15 @@ class Project:
         return self.root / REPORTS_DIR_NAME / stack
 
 
+def project_file(folder: Path) -> Path | None:
+    """The folder's Pulumi.yaml (or Pulumi.yml), if it has one."""
+    return next((folder / name for name in PROJECT_FILES if (folder / name).is_file()), None)
+
+
 def load_project(root: Path) -> Project:
     """Read `Pulumi.yaml` in `root` (name, stackConfigDir)."""
     root = root.resolve()
-    path = root / PROJECT_FILE
+    path = project_file(root) or root / PROJECT_FILE
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -106,7 +112,7 @@ def find_project(override: str | os.PathLike[str] | None = None, start: Path | N
         return load_project(root)
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / PROJECT_FILE).is_file():
+        if project_file(folder) is not None:
             return load_project(folder)
     raise ConfigError(f"no Pulumi.yaml in {here} or any folder above it", field="--project",
                       expected=f"run inside a gpufleet project, pass --project DIR or set {PROJECT_ENV} "
@@ -139,6 +145,6 @@ def program_project() -> Project:
     import pulumi
 
     root = pulumi.get_root_directory()  # the SDK's placeholder outside an engine is not a folder
-    if root and (Path(root) / PROJECT_FILE).is_file():
+    if root and project_file(Path(root)) is not None:
         return load_project(Path(root))
     return find_project()

@@ -75,6 +75,12 @@ def test_without_stack_config_dir_stacks_live_beside_pulumi_yaml(tmp_path):
     assert find_project(start=tmp_path).stacks_dir == tmp_path.resolve()
 
 
+def test_a_pulumi_yml_is_a_project_file_too(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "Pulumi.yml").write_text("name: short\nruntime: python\n")
+    assert find_project(start=tmp_path / "sub").name == "short"
+
+
 def test_override_beats_the_environment_which_beats_discovery(tmp_path, monkeypatch):
     a, b, here = copy_project(tmp_path / "a"), copy_project(tmp_path / "b"), copy_project(tmp_path / "here")
     monkeypatch.chdir(here)
