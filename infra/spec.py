@@ -232,6 +232,9 @@ class GatesConfig(_Model):
 class PoolConfig(_Model):
     type: Literal["kubernetes", "slurm", "sim"]
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    # Kubernetes: the partitions' Kueue ClusterQueues share one cohort and may borrow each
+    # other's idle GPUs; a lender takes them back by preempting the borrower.
+    kueue_cohort_borrowing: bool = False
     # Slurm: the version slurmctld runs (picks topology/block from 23.11, topology/tree before);
     # unset: the BOM's pin for the stack's OS. MaxTime per partition name in minutes; interactive
     # partitions default to `slurmInteractiveMaxMinutes`, the others to INFINITE.
