@@ -9,6 +9,7 @@ compare the gates' decisions with the seeded truth. Pure: no I/O, the same seed 
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
@@ -226,6 +227,7 @@ def active_faults(kind: str | None, remedies: Sequence[str]) -> str | None:
 def jitter(seed: int, slot: str, generation: int, steps: int = 3, step: float = 0.005) -> float:
     """A node's bandwidth factor around 1.0 (healthy nodes differ slightly, as real cohorts do).
 
-    Quantized to a few values so healthy nodes share a handful of rendered templates."""
-    h = random.Random(f"{seed}/{slot}/{generation}").randint(-steps, steps)
+    Quantized to a few values so healthy nodes share a handful of rendered templates; a CRC, not
+    a seeded Random, because it is asked once per node per stage."""
+    h = zlib.crc32(f"{seed}/{slot}/{generation}".encode()) % (2 * steps + 1) - steps
     return 1.0 + h * step

@@ -94,7 +94,15 @@ class NodeIdentity:
 class Template:
     files: dict[str, bytes]
     hosted: frozenset[str]  # files that name the host
-    manifest: dict
+    manifest_json: str  # manifest.json with a placeholder per node field (see _placeholder)
+
+
+NODE_FIELDS = ("slot", "instance_id", "stack", "batch", "block")
+
+
+def _placeholder(key: str) -> str:
+    """A JSON value that stands for one node field in a manifest template; never a real value."""
+    return f'"@@{key}@@"'
 
 
 def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
@@ -241,9 +249,10 @@ class BundleWriter:
                 update={"command": f"dcgmi diag -r {look.dcgm_level} -j"})
             m = m.model_copy(update={"collected_by": "sim", "files": records})
             manifest = B.Manifest.model_validate(m.model_dump()).model_dump(mode="json", exclude_none=True)
+            manifest.update({k: f"@@{k}@@" for k in NODE_FIELDS})
             t = Template(files={k: v.encode("utf-8") for k, v in files.items()},
                          hosted=frozenset(k for k, v in files.items() if SYNTH_HOST in v or SYNTH_IP in v),
-                         manifest=manifest)
+                         manifest_json=json.dumps(manifest, indent=2))
             if len(self._templates) > 256:
                 self._templates.clear()
             self._templates[key] = t
@@ -258,9 +267,11 @@ class BundleWriter:
             if name in t.hosted:
                 data = data.replace(SYNTH_HOST.encode(), host).replace(SYNTH_IP.encode(), ip)
             out[name] = data
-        manifest = dict(t.manifest, slot=who.slot, instance_id=who.instance_id, batch=who.batch, block=who.block,
-                        stack=who.stack)
-        out[B.MANIFEST] = json.dumps(manifest, indent=2).encode("utf-8")
+        manifest = t.manifest_json
+        for key, value in (("slot", who.slot), ("instance_id", who.instance_id), ("stack", who.stack),
+                           ("batch", who.batch), ("block", who.block)):
+            manifest = manifest.replace(_placeholder(key), json.dumps(value))
+        out[B.MANIFEST] = manifest.encode("utf-8")
         return out
 
     def write(self, directory: Path, look: NodeLook, who: NodeIdentity, started: datetime) -> Path:
