@@ -47,7 +47,7 @@ def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launc
             if not local.running():
                 raise PoolError(f"the local Slurm of stack {stack!r} is not running; start it with "
                                 f"`gpufleet pool up -s {stack}`")
-            return SlurmPool(local.cli(), version=slurm_version(),
+            return SlurmPool(local.cli(), version=slurm_version(), set_node_addresses=False,
                              failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)
         from infra.pool.slurm.cli import SlurmCli
 

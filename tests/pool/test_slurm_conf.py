@@ -125,3 +125,29 @@ def test_unit_requests_stay_in_one_block():
         unit_request_args(plan, "inference", 1, "tree")
     with pytest.raises(PoolError, match="at least one unit"):
         unit_request_args(plan, "sim", 0, "tree")
+
+
+def test_real_config_files_and_role_extravars(tmp_path: Path):
+    import shutil
+
+    from infra.configure.extravars import check_no_secrets
+    from infra.pool.slurm.files import write_slurm_config
+    from infra.project import load_project
+
+    repo = Path(__file__).resolve().parents[2]
+    for name in ("Pulumi.yaml",):
+        shutil.copy(repo / name, tmp_path / name)
+    shutil.copytree(repo / "stacks", tmp_path / "stacks")
+    shutil.copytree(repo / "images", tmp_path / "images")
+    project = load_project(tmp_path)
+    spec = load_stack("dev", project.stacks_dir)
+    ev = write_slurm_config(spec, build_plan(spec), project, "dev", "10.0.16.10")
+    check_no_secrets(ev)
+    assert ev["slurm_version"] == "24.11.6"  # the BOM's pin for the stack's OS
+    conf = Path(ev["slurm_conf_file"]).read_text()
+    assert conf.startswith("# gpufleet: generated") and "SlurmctldHost=ip-10-0-16-10(10.0.16.10)" in conf
+    assert Path(ev["slurm_conf_file"]).parent == project.state_dir("dev") / "slurm-config"
+    assert "BlockName=" in Path(ev["slurm_topology_conf_file"]).read_text()
+    defaults = (repo / "playbooks/roles/slurm/defaults/main.yml").read_text()
+    for key in ev:  # every extravar is one of the role's documented inputs
+        assert f"\n{key}:" in defaults, key

@@ -245,3 +245,13 @@ def test_the_full_local_slurm_stack_of_125_nodes(tmp_path):
     finally:
         slurm.down()
     assert time.monotonic() - started < 60
+
+
+def test_registration_points_node_addr_at_the_instance(cluster: Cluster):
+    n0 = _pending(cluster, 7)[0]
+    moved = PendingNode(slot=n0.slot, block=n0.block, partition=n0.partition, address="127.0.0.2")
+    _pool(cluster).register_pending([moved])  # a replacement instance: a new private IP for the slot
+    assert "NodeAddr=127.0.0.2 " in _show(cluster, n0.slot)
+    local = SlurmPool(cluster.slurm.cli(), version=cluster.version, set_node_addresses=False)
+    local.register_pending([PendingNode(slot=n0.slot, block=n0.block, partition=n0.partition, address="10.9.9.9")])
+    assert "NodeAddr=127.0.0.2 " in _show(cluster, n0.slot)  # the local cluster keeps its loopback address

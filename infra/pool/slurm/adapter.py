@@ -37,11 +37,14 @@ class SlurmPool:
     kind = "slurm"
 
     def __init__(self, cli: SlurmCli, *, version: str | None = None, failures_before_blacklist: int = 2,
-                 launcher: Launcher | None = None) -> None:
+                 launcher: Launcher | None = None, set_node_addresses: bool = True) -> None:
         """`launcher`: runs the gates' specs instead of srun (the simulated fleet behind local-slurm,
-        whose nodes have no GPUs to run nccl-tests on)."""
+        whose nodes have no GPUs to run nccl-tests on). `set_node_addresses`: registration points
+        the slot's NodeAddr at its instance's private IP (a replacement gets a new one); off for the
+        local cluster, where every slurmd listens on 127.0.0.1 whatever the simulated IP."""
         self.cli = cli
         self._launcher = launcher
+        self.set_node_addresses = set_node_addresses
         self.version = parse_version(version) if version else None
         self.failures_before_blacklist = failures_before_blacklist
 
@@ -90,8 +93,9 @@ class SlurmPool:
                                 node=node.slot)
             now = pool_node(s)
             new = _stored(transitions.register(now, node, released_failures(s) or 0))
-            if now != new or s.reason != PENDING_REASON:
-                writes.append((node.slot, self._update_args(s, new)))
+            address = (f"NodeAddr={node.address}",) if self.set_node_addresses and node.address else ()
+            if now != new or s.reason != PENDING_REASON or address:
+                writes.append((node.slot, self._update_args(s, new) + address))
         # one scontrol call per distinct change (most nodes of a batch share it)
         for args, group in groupby(sorted(writes, key=lambda w: w[1]), key=lambda w: w[1]):
             names = [slot for slot, _ in group]
