@@ -112,7 +112,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
         unparsed.append(line)
     if cur:
         gpus.append(NvlinkGpu(index=cur[0], name=cur[1], links=cur[2]))
-    if not gpus:
+    if not gpus and text.strip():  # an empty output is a real answer: no NVLink devices (one-GPU VMs)
         problems.append("no GPU lines found")
     return NvlinkStatus(gpus=tuple(gpus), unparsed=tuple(unparsed), problems=tuple(problems))
 
@@ -231,6 +231,8 @@ def parse_json(doc: dict) -> DcgmDiag:
             tname = str(test.get("name", "?"))
             for res in test.get("results") or []:
                 gpu = res.get("entity_id", res.get("gpu_id"))
+                if gpu is None and isinstance(res.get("gpu_ids"), (str, int)) and "," not in str(res["gpu_ids"]):
+                    gpu = str(res["gpu_ids"]).strip() or None
                 group = res.get("entity_group")
                 if group not in (None, "GPU"):
                     gpu = None

@@ -130,7 +130,10 @@ def parse_json(doc: dict) -> DcgmDiag:
         for test in cat.get("tests") or []:
             tname = str(test.get("name", "?"))
             for res in test.get("results") or []:
+                # 4.x: entity_id; 3.x: gpu_id, or gpu_ids as a string ("0"; "0,1" names no single GPU)
                 gpu = res.get("entity_id", res.get("gpu_id"))
+                if gpu is None and isinstance(res.get("gpu_ids"), (str, int)) and "," not in str(res["gpu_ids"]):
+                    gpu = str(res["gpu_ids"]).strip() or None
                 group = res.get("entity_group")
                 if group not in (None, "GPU"):
                     gpu = None

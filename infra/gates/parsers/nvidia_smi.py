@@ -356,7 +356,7 @@ def _parse_nvlink_lines(text: str) -> NvlinkStatus:
         unparsed.append(line)
     if cur:
         gpus.append(NvlinkGpu(index=cur[0], name=cur[1], links=cur[2]))
-    if not gpus:
+    if not gpus and text.strip():  # an empty output is a real answer: no NVLink devices (one-GPU VMs)
         problems.append("no GPU lines found")
     return NvlinkStatus(gpus=tuple(gpus), unparsed=tuple(unparsed), problems=tuple(problems))
 
