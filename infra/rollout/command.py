@@ -125,7 +125,7 @@ def _write_records(state_dir: Path, state) -> list[dict]:
             continue
         records.append(n.record)
         tmp = out / f".{slot}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(n.record, indent=2, sort_keys=True), encoding="utf-8")
+        tmp.write_text(json.dumps(n.record, indent=2), encoding="utf-8")  # key order kept: the digest depends on it
         os.replace(tmp, out / f"{slot}.json")
     return records
 

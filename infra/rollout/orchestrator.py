@@ -304,9 +304,18 @@ class Orchestrator:
         nxt = k + 1
         if not self.options.pipelining or self.plan.batches[k - 1].canary or nxt > self.last_batch:
             return
-        if self._at(k, S.PLANNED, S.PROVISIONING, S.PROVISIONED, S.CONFIGURING) or self.state.halted:
+        if self._provisioning_open(k) or self._at(k, S.PROVISIONED, S.CONFIGURING) or self.state.halted:
             return
-        if self.state.batch(nxt).stage is not BatchStage.PENDING or nxt in self._ahead:
+        if nxt in self._ahead:
+            return
+        if self.state.batch(nxt).stage is BatchStage.RUNNING:
+            # resumed after a crash between the request and its answer: ask again at the same point,
+            # so the cloud sees the same sequence of calls as an uninterrupted rollout
+            if not self.options.threaded and any(n.stage is S.PROVISIONING and n.shortfall is None
+                                                 for n in self._nodes(nxt)):
+                self._provision(nxt)
+            return
+        if self.state.batch(nxt).stage is not BatchStage.PENDING:
             return
         self.journal.append({"type": "batch", "batch": nxt, "to": "running"})
         if not self.options.threaded:
@@ -345,7 +354,21 @@ class Orchestrator:
                              "duration_s": self._seconds(0.0, started), "nodes": new})
         return True
 
+    def _provisioning_open(self, k: int) -> bool:
+        """Slots of batch k still waiting for an instance that may yet come (capacity retries left)."""
+        limit = 1 + self.options.capacity_retries
+        return any(n.stage is S.PLANNED or (n.stage is S.PROVISIONING and (n.shortfall is None
+                                                                             or n.provision_requests < limit))
+                   for n in self._nodes(k))
+
     def _configure(self, k: int) -> bool:
+        """Register and configure the batch once its provisioning has settled.
+
+        Why wait for the capacity retries: the batch is gated as one cohort (the relative busbw
+        gate compares it with its own median), and a resumed rollout must form the same cohort
+        whatever the provider answered to a call the journal never heard back from."""
+        if self._provisioning_open(k):
+            return False
         moved = False
         fresh = self._at(k, S.PROVISIONED)
         if fresh:
