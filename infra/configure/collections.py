@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -51,19 +52,24 @@ def ensure_collections(cache_dir: Path | None = None, version: str = ANSIBLE_PAC
     if not missing:
         return dest
     wheel = _download_wheel(cache_dir / "wheels", version)
-    staging = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    prefixes = tuple("ansible_collections/" + n.replace(".", "/") + "/" for n in missing)
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(staging, [m for m in zf.namelist() if m.startswith(prefixes)])
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in missing:
-        rel = Path("ansible_collections", *name.split("."))
-        target = dest / rel
-        shutil.rmtree(target, ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (staging / rel).rename(target)
-    shutil.rmtree(staging, ignore_errors=True)
+    # The cache is shared by every project and process of the user: extract into a private
+    # folder, then move each collection into place unless another process got there first.
+    staging = Path(tempfile.mkdtemp(prefix=f"{dest.name}.partial-", dir=cache_dir))
+    try:
+        prefixes = tuple("ansible_collections/" + n.replace(".", "/") + "/" for n in missing)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(staging, [m for m in zf.namelist() if m.startswith(prefixes)])
+        for name in missing:
+            rel = Path("ansible_collections", *name.split("."))
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                (staging / rel).rename(target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return dest
 
 

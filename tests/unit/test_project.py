@@ -187,6 +187,23 @@ def test_the_collections_cache_is_per_user_and_can_be_moved(tmp_path, monkeypatc
     assert collections_path().parent == tmp_path / "ci-cache" / "collections"
 
 
+def test_collections_are_extracted_into_the_shared_cache_once(tmp_path):
+    import zipfile
+
+    from infra.configure.collections import ensure_collections
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "ansible-9.9.9-py3-none-any.whl", "w") as zf:  # no download: it is cached
+        for name in ("community/general", "amazon/aws", "other/thing"):
+            zf.writestr(f"ansible_collections/{name}/MANIFEST.json", "{}")
+    dest = ensure_collections(tmp_path, version="9.9.9")
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("MANIFEST.json")) == [
+        "ansible_collections/amazon/aws/MANIFEST.json", "ansible_collections/community/general/MANIFEST.json"]
+    assert ensure_collections(tmp_path, version="9.9.9") == dest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ansible-9.9.9", "wheels"]  # no staging left
+
+
 # --- the Pulumi program ------------------------------------------------------------------------
 
 def test_the_program_takes_the_engines_root_directory_over_the_working_directory(project, monkeypatch):
