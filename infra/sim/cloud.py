@@ -10,7 +10,9 @@ under `<state_dir>/sim/program.json`, keyed by the spec, and a resumed process r
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import infra
 from infra import catalog
@@ -66,6 +68,17 @@ def program_cache_key(spec: ClusterSpec, stack: str) -> str:
     return W.cache_key(stack, spec.model_dump_json(by_alias=True), infra.__version__)
 
 
+def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, project: Project, stack: str) -> None:
+    """A cloud that has launched instances keeps the faults it was seeded with: a changed fault mix
+    (or seed, or plan) would silently change instances that already exist, so it is refused."""
+    stored = W.read_json(directory / W.FAULTS)
+    if stored is None or stored.get("digest") == faults.digest() or not W.Ledger(directory / W.LEDGER).events:
+        return
+    raise ConfigError("the simulator's seed, fault mix or plan changed after this stack's simulated cloud launched "
+                      "instances", path=str(project.stack_file(stack)), field="gpufleet:simulator",
+                      expected=f"the settings it was created with, or a fresh simulated cloud (remove {directory})")
+
+
 class SimulatedCloud:
     """Entry point: `SimulatedCloud.open(spec, plan, project, stack)`.
 
@@ -113,7 +126,9 @@ class SimulatedCloud:
                               expected=exc.expected) from None
         bom = load_bom(project.path(spec.image.bom))
         directory = project.state_dir(stack) / "sim"
+        _keep_the_world(directory, faults, spec, project, stack)
         directory.mkdir(parents=True, exist_ok=True)
+        W.write_atomic(directory / W.FAULTS, json.dumps(faults.to_json(), sort_keys=True, indent=1))
         key = program_cache_key(spec, stack)
         program = W.read_program_cache(directory / W.PROGRAM, key)
         if program is None:

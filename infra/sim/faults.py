@@ -8,6 +8,8 @@ compare the gates' decisions with the seeded truth. Pure: no I/O, the same seed 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -129,6 +131,16 @@ class FaultPlan:
         if generation <= self.bad_replacements.get(slot, 0):
             return self.faults.get(slot)
         return None
+
+    def to_json(self) -> dict:
+        return {"digest": self.digest(), "faults": dict(sorted(self.faults.items())),
+                "bad_links": [list(p) for p in self.bad_links], "shortfall": dict(sorted(self.shortfall.items())),
+                "bad_replacements": dict(sorted(self.bad_replacements.items())), "systemic": self.systemic}
+
+    def digest(self) -> str:
+        body = json.dumps([sorted(self.faults.items()), self.bad_links, sorted(self.shortfall.items()),
+                           sorted(self.bad_replacements.items()), self.systemic])
+        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
     def truth(self) -> Truth:
         faulty = {s: SlotTruth(s, self.batch_of.get(s, 0), k, EFFECTS[k]) for s, k in sorted(self.faults.items())}

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 LEDGER = "ledger.jsonl"
 REMEDIES = "remedies.json"
 PROGRAM = "program.json"
+FAULTS = "faults.json"  # the seeded truth this cloud was created with (and its digest)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -174,6 +175,16 @@ class Remedies:
             return  # idempotent: a repeated remediation changes nothing more
         done.append(action)
         write_atomic(self.path, json.dumps(self.applied, sort_keys=True, indent=1))
+
+
+def read_json(path: Path) -> Any:
+    """A state file written by write_atomic; None when absent or unreadable (never half-written)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def cache_key(*parts: str) -> str:

@@ -179,3 +179,17 @@ def test_a_stack_without_the_simulator_key_is_refused(project):
     with pytest.raises(ConfigError, match="not a simulated stack"):
         SimulatedCloud.open(spec, build_plan(spec), project, "local")
     assert not (project.state_dir("local") / "sim").exists()
+
+
+def test_a_cloud_with_instances_keeps_its_seeded_faults(cloud_for, project):
+    spec = make_spec(faults={"xid-79": 1})
+    cloud = cloud_for(spec)
+    stored = json.loads((project.state_dir("local") / "sim" / W.FAULTS).read_text())
+    assert stored["faults"] == dict(cloud.faults.faults) and stored["digest"] == cloud.faults.digest()
+    reseeded = make_spec(seed=9, faults={"xid-79": 1})
+    SimulatedCloud.open(reseeded, cloud.plan, project, "local")  # nothing launched yet: a new world is fine
+    cloud = SimulatedCloud.open(spec, cloud.plan, project, "local")
+    cloud.provisioner.provision(1, [])
+    with pytest.raises(ConfigError, match="changed after this stack's simulated cloud launched") as exc:
+        SimulatedCloud.open(reseeded, cloud.plan, project, "local")
+    assert exc.value.field == "gpufleet:simulator"
