@@ -1,0 +1,137 @@
+"""The few API server calls the pool makes, through the official client, each retried by policy.
+
+Thin on purpose: bodies are plain JSON (`_preload_content=False`; the client's model
+deserialisation costs more than the HTTP call on 1,250 Nodes), patches are JSON merge patches
+(`application/merge-patch+json`: a Node's taints have no strategic merge key, the list is
+replaced whole), and every failure is classified for `RetryPolicy`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Sequence
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from infra.pool.kubernetes.retry import Answer, RetryPolicy
+
+MERGE_PATCH = "application/merge-patch+json"
+MPIJOB = ("kubeflow.org", "v2beta1", "mpijobs")
+PAGE = 500
+SELECTOR_CHUNK = 100  # slots per `in (...)` selector: keeps the query string short
+
+
+def classify(exc: Exception) -> Answer | None:
+    if isinstance(exc, ApiException):
+        retry_after = (exc.headers or {}).get("Retry-After") if exc.headers else None
+        try:
+            after = float(retry_after) if retry_after is not None else None
+        except ValueError:
+            after = None
+        return Answer(status=exc.status or 0, detail=(exc.reason or "").strip() or str(exc.status), retry_after_s=after)
+    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
+        return Answer(status=0, detail=type(exc).__name__ + (f": {exc}" if str(exc) else ""))
+    return None
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.data or b"null")
+
+
+class KubeApi:
+    """Nodes, one ConfigMap, MPIJobs and pod logs; `calls` counts requests sent (retries included)."""
+
+    def __init__(self, api_client: client.ApiClient, policy: RetryPolicy | None = None) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.policy = policy or RetryPolicy()
+        self.calls = 0
+
+    def _call(self, fn, what: str, node: str | None = None) -> Any:
+        def counted():
+            self.calls += 1
+            return fn()
+        return self.policy.call(counted, classify, what, node)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def list_nodes(self, selector: str) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        while True:
+            kwargs = {"label_selector": selector, "limit": PAGE, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            page = _json(self._call(lambda: self.core.list_node(**kwargs), f"list nodes ({selector})"))
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def nodes_with_slots(self, label: str, slots: Sequence[str]) -> list[dict[str, Any]]:
+        wanted = sorted(set(slots))
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(wanted), SELECTOR_CHUNK):
+            out += self.list_nodes(f"{label} in ({','.join(wanted[i:i + SELECTOR_CHUNK])})")
+        return out
+
+    def patch_node(self, name: str, patch: dict[str, Any], slot: str) -> dict[str, Any]:
+        return _json(self._call(lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH,
+                                                             _preload_content=False), f"patch node {name}", slot))
+
+    # --- the slot ledger ---------------------------------------------------------------------
+
+    def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def read():
+            try:
+                return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return self._call(read, f"read configmap {namespace}/{name}")
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """409 (someone created it meanwhile) raises `Conflict`: read it and merge again."""
+        return _json(self._call(lambda: self.core.create_namespaced_config_map(namespace, body, _preload_content=False),
+                                f"create configmap {namespace}/{body['metadata']['name']}"))
+
+    def patch_configmap(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return _json(self._call(lambda: self.core.patch_namespaced_config_map(
+            name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False),
+            f"patch configmap {namespace}/{name}"))
+
+    # --- MPIJobs and their pods ----------------------------------------------------------------
+
+    def create_mpijob(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        group, version, plural = MPIJOB
+        return _json(self._call(lambda: self.custom.create_namespaced_custom_object(
+            group, version, namespace, plural, body, _preload_content=False), f"create MPIJob {body['metadata']['name']}"))
+
+    def get_mpijob(self, namespace: str, name: str) -> dict[str, Any]:
+        group, version, plural = MPIJOB
+        return _json(self._call(lambda: self.custom.get_namespaced_custom_object(
+            group, version, namespace, plural, name, _preload_content=False), f"get MPIJob {name}"))
+
+    def delete_mpijob(self, namespace: str, name: str) -> None:
+        group, version, plural = MPIJOB
+
+        def delete():
+            try:
+                self.custom.delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                                            propagation_policy="Background", _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone: deleting is idempotent
+                    raise
+        self._call(delete, f"delete MPIJob {name}")
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return _json(self._call(lambda: self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                                      _preload_content=False),
+                                f"list pods ({selector})")).get("items") or []
+
+    def pod_log(self, namespace: str, name: str) -> str:
+        response = self._call(lambda: self.core.read_namespaced_pod_log(name, namespace, _preload_content=False),
+                              f"read the log of pod {name}")
+        return (response.data or b"").decode("utf-8", errors="replace")
