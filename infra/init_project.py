@@ -64,6 +64,12 @@ def template_root() -> Traversable:
     return resources.files("infra") / "_template"
 
 
+def template_member(name: str) -> bool:
+    """Hidden names (tool caches and settings) and bytecode are not part of a project; the
+    wheel's package-data globs skip hidden names too, so the wheel and a checkout agree."""
+    return not name.startswith(".") and name != "__pycache__"
+
+
 def read_template(root: Traversable | None = None) -> dict[str, bytes]:
     """Every file under the template's folders, by relative POSIX path."""
     root = root or template_root()
@@ -72,7 +78,7 @@ def read_template(root: Traversable | None = None) -> dict[str, bytes]:
     def walk(node: Traversable, rel: str) -> None:
         if node.is_dir():
             for child in sorted(node.iterdir(), key=lambda c: c.name):
-                if child.name != "__pycache__":
+                if template_member(child.name):
                     walk(child, f"{rel}/{child.name}")
         else:
             files[rel] = node.read_bytes()

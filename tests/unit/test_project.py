@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from infra.cli import main
 from infra.errors import ConfigError
-from infra.init_project import project_files, read_template, write_project
+from infra.init_project import project_files, read_template, template_member, write_project
 from infra.project import PROJECT_ENV, current_project, find_project, program_project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -223,7 +223,7 @@ def test_the_template_is_the_repositorys_own_files():
     template = read_template()
     on_disk = {p.relative_to(REPO_ROOT).as_posix(): p.read_bytes()
                for folder in ("images", "playbooks", "stacks") for p in sorted((REPO_ROOT / folder).rglob("*"))
-               if p.is_file() and "__pycache__" not in p.parts}
+               if p.is_file() and all(map(template_member, p.relative_to(REPO_ROOT).parts))}
     assert template == on_disk
 
 

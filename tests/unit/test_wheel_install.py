@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infra.init_project import template_member
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_INPUTS = ("pyproject.toml", "README.md", "infra", "policies", "playbooks", "images", "stacks")
 TEMPLATE_FOLDERS = ("images", "playbooks", "stacks")
@@ -108,7 +110,7 @@ def test_the_wheels_project_template_is_the_repositorys_files(installed):
 
     def files(root: Path) -> dict[str, bytes]:
         return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-                if p.is_file() and "__pycache__" not in p.parts}
+                if p.is_file() and all(map(template_member, p.relative_to(root).parts))}
 
     for folder in TEMPLATE_FOLDERS:
         assert not (template / folder).is_symlink()  # real files in the wheel, not links back here
