@@ -64,8 +64,9 @@ def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict
 
 
 def program_cache_key(spec: ClusterSpec, stack: str) -> str:
-    """What the captured instances depend on: the stack, its whole spec, the code version."""
-    return W.cache_key(stack, spec.model_dump_json(by_alias=True), infra.__version__)
+    """What the captured instances depend on: the stack, its spec (the simulator's own settings
+    aside: the program never reads them), the code version."""
+    return W.cache_key(stack, spec.model_dump_json(by_alias=True, exclude={"simulator"}), infra.__version__)
 
 
 def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, project: Project, stack: str) -> None:

@@ -14,11 +14,14 @@ import textwrap
 import pytest
 
 from infra.errors import ConfigError, ProvisioningError
+from infra.plan import build_plan
 from infra.sim import SimulatedCloud
 from infra.sim import cloud as cloud_module
 from infra.sim import world as W
+from infra.sim.faults import place_faults
+from infra.spec import ClusterSpec
 
-from .conftest import REPO, make_spec, open_cloud
+from .conftest import REPO, make_project, make_spec, open_cloud
 
 
 def test_instances_are_the_programs_with_ips_from_the_compute_subnet(cloud_for):
@@ -140,17 +143,16 @@ def test_the_program_runs_once_per_spec(cloud_for, project, monkeypatch):
     assert SimulatedCloud.open(spec, cloud.plan, project, "local").program == cloud.program
     cache = project.state_dir("local") / "sim" / W.PROGRAM
     doc = json.loads(cache.read_text())
-    other = make_spec(seed=2)
+    assert doc["key"] == cloud_module.program_cache_key(make_spec(seed=2, faults={"xid-48": 3}), "local")
+    other = make_spec(target_gpus=400)
     assert doc["key"] != cloud_module.program_cache_key(other, "local")
     calls = []
     monkeypatch.setattr(cloud_module, "captured_instances", lambda *a: calls.append(a) or cloud.program)
-    SimulatedCloud.open(other, cloud.plan, project, "local")
-    assert len(calls) == 1  # another spec: captured again
+    SimulatedCloud.open(other, build_plan(other), project, "local")
+    assert len(calls) == 1  # another fleet: captured again
 
 
 def test_same_seed_same_fleet_and_bytes_other_seed_other_fleet(tmp_path):
-    from .conftest import make_project
-
     spec = make_spec(faults={"xid-48": 2, "slow-nvlink": 1, "bad-nic": 1}, badLinks=1)
     outputs = []
     for name in ("a", "b"):
@@ -162,16 +164,12 @@ def test_same_seed_same_fleet_and_bytes_other_seed_other_fleet(tmp_path):
         outputs.append((cloud.truth(), files))
     assert outputs[0] == outputs[1]
     other = make_spec(seed=7, faults={"xid-48": 2, "slow-nvlink": 1, "bad-nic": 1}, badLinks=1)
-    from infra.plan import build_plan
-    from infra.sim.faults import place_faults
 
     assert place_faults(build_plan(other), other.simulator).faults != \
            place_faults(build_plan(spec), spec.simulator).faults
 
 
 def test_a_stack_without_the_simulator_key_is_refused(project):
-    from infra.plan import build_plan
-    from infra.spec import ClusterSpec
 
     raw = make_spec().model_dump(mode="json", by_alias=True, exclude_none=True)
     del raw["simulator"]
