@@ -217,6 +217,23 @@ def test_the_program_takes_the_engines_root_directory_over_the_working_directory
     assert program_project().root == REPO_ROOT
 
 
+def test_the_program_checks_the_bom_of_the_project_pulumi_runs_it_for(project, monkeypatch):
+    """`pulumi up` in `project` (cwd at `main:`, here another checkout's infra/): its BOM decides."""
+    import pulumi
+
+    from infra.cloud.capture import capture_program
+    from infra.spec import load_stack_path
+
+    edit_yaml(project / "images" / "bom.yaml", lambda d: d["components"]["fabric_manager"].update(version="570.1.1"))
+    spec = load_stack_path(project / "stacks" / "Pulumi.dev.yaml")
+    monkeypatch.chdir(REPO_ROOT / "infra")
+    monkeypatch.setattr(pulumi, "get_root_directory", lambda: str(project))
+    with pytest.raises(ConfigError, match="BOM_FABRIC_MANAGER_MISMATCH"):
+        capture_program(spec, stack="dev")
+    monkeypatch.setattr(pulumi, "get_root_directory", lambda: str(REPO_ROOT))  # the repository's BOM is sound
+    assert capture_program(spec, stack="dev").registrations
+
+
 # --- gpufleet init ---------------------------------------------------------------------------
 
 def test_the_template_is_the_repositorys_own_files():
