@@ -20,10 +20,13 @@ from infra.bom import Bom, load_bom
 from infra.errors import ConfigError, ProvisioningError
 from infra.plan.model import ClusterPlan, NodeSlot
 from infra.project import Project
+from infra.gates import synth
 from infra.sim import world as W
 from infra.sim.clock import VirtualClock
+from infra.sim.executor import SimExecutor
+from infra.sim.fabric import SimLauncher
 from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
-from infra.gates import synth
+from infra.sim.provisioner import SimProvisioner
 from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, versions_key
 from infra.spec import ClusterSpec, SimulatorConfig
 
@@ -36,8 +39,7 @@ class NodeProfile:
 
     who: NodeIdentity
     generation: int
-    fault: str | None  # the instance's fault still present after remediation
-    seeded_fault: str | None  # the fault it was launched with
+    fault: str | None  # the instance's seeded fault, unless a remediation cleared it
     systemic: str
     factor: float  # bandwidth factor (jitter around 1.0)
 
@@ -106,10 +108,7 @@ class SimulatedCloud:
         self.writer = BundleWriter()
         self._subnet = ipaddress.IPv4Network(plan.network.compute.cidr)
         self._last_planned_ip = max(int(ipaddress.IPv4Address(p["private_ip"])) for p in program.values())
-        from infra.sim.executor import SimExecutor
-        from infra.sim.fabric import SimLauncher
-        from infra.sim.provisioner import SimProvisioner
-
+        self._versions_key = versions_key(self.versions)
         self.provisioner = SimProvisioner(self)
         self.executor = SimExecutor(self)
         self.launcher = SimLauncher(self)
@@ -158,16 +157,15 @@ class SimulatedCloud:
 
     def profile(self, inst: W.SimInstance) -> NodeProfile:
         seeded = self.faults.fault_of(inst.slot, inst.generation)
-        fault = active_faults(seeded, self.remedies.of(inst.instance_id))
         who = NodeIdentity(inst.slot, inst.instance_id, inst.private_ip, inst.batch, inst.block, self.stack)
-        return NodeProfile(who=who, generation=inst.generation, fault=fault, seeded_fault=seeded,
-                           systemic=self.config.systemic,
-                           factor=jitter(self.config.seed, inst.slot, inst.generation))
+        return NodeProfile(who=who, generation=inst.generation,
+                           fault=active_faults(seeded, self.remedies.of(inst.instance_id)),
+                           systemic=self.config.systemic, factor=jitter(self.config.seed, inst.slot, inst.generation))
 
     def look(self, p: NodeProfile) -> NodeLook:
-        return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=versions_key(self.versions),
-                        fault=p.fault,
-                        systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
+        """What decides the node's bundle apart from its names (the render template's key)."""
+        return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=self._versions_key,
+                        fault=p.fault, systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
 
     def running(self, instance_id: str) -> W.SimInstance | None:
         inst = self.ledger.instance(instance_id)

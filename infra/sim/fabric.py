@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from infra import catalog
 from infra.gates.launch import LaunchSpec
 from infra.pool.protocol import LaunchResult
+from infra.sim.render import nccl_code
 
 if TYPE_CHECKING:
     from infra.sim.cloud import NodeProfile, SimulatedCloud
@@ -104,12 +105,6 @@ def _pid(host: str) -> int:
 
 def _prefix(kind: str, rank: int) -> str:
     return f"{rank}: " if kind == "slurm" else f"[1,{rank}]<stdout>:"
-
-
-def nccl_code(version: str) -> str:
-    """NCCL_VERSION_CODE as nccl-tests prints it: 2.27.5 -> 22705."""
-    parts = [int(x) for x in version.split(".")[:3] if x.isdigit()] + [0, 0, 0]
-    return str(parts[0] * 10000 + parts[1] * 100 + parts[2])
 
 
 def render_run(kind: str, sku: catalog.InstanceType, profiles: Sequence["NodeProfile"], versions: Mapping[str, str],

@@ -53,6 +53,12 @@ def healthy_intra_busbw(sku: catalog.InstanceType) -> float:
     return round(sku.intra_node_busbw_floor_gbs / 0.9, 1)
 
 
+def nccl_code(version: str) -> str:
+    """NCCL_VERSION_CODE as nccl-tests prints it: 2.27.5 -> 22705."""
+    parts = [int(x) for x in version.split(".")[:3] if x.isdigit()] + [0, 0, 0]
+    return str(parts[0] * 10000 + parts[1] * 100 + parts[2])
+
+
 def skewed(version: str) -> str:
     """The previous minor release of a version (2.27.5 -> 2.26.5): the typical stale-image skew."""
     parts = version.split(".")
@@ -94,15 +100,11 @@ class NodeIdentity:
 class Template:
     files: dict[str, bytes]
     hosted: frozenset[str]  # files that name the host
-    manifest_json: str  # manifest.json with a placeholder per node field (see _placeholder)
+    manifest_json: str  # manifest.json with PLACEHOLDER in each of NODE_FIELDS
 
 
 NODE_FIELDS = ("slot", "instance_id", "stack", "batch", "block")
-
-
-def _placeholder(key: str) -> str:
-    """A JSON value that stands for one node field in a manifest template; never a real value."""
-    return f'"@@{key}@@"'
+PLACEHOLDER = "@@{}@@"  # stands for one node field in a manifest template; never a real value
 
 
 def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
@@ -129,7 +131,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     if look.fault == "xid-79":
         _drop_gpu(files, sku)
     if look.fault == "slow-nvlink":
-        files[B.NVLINK_S] = _slow_links(files[B.NVLINK_S], sku)
+        files[B.NVLINK_S] = _slow_links(files[B.NVLINK_S])
     if look.systemic == "driver-broken":
         _driver_broken(files, rc, versions)
     return files, rc
@@ -189,7 +191,7 @@ def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
                                       if not line.startswith(f"GPU {BAD_GPU}:"))
 
 
-def _slow_links(text: str, sku: catalog.InstanceType) -> str:
+def _slow_links(text: str) -> str:
     """Degraded NVLinks on one GPU: still active, at a quarter of the link rate."""
     out, gpu = [], None
     for line in text.splitlines():
@@ -222,7 +224,8 @@ def _driver_broken(files: dict[str, str], rc: dict[str, int], versions: dict[str
     files[B.CONTAINER_GPUS] = ("docker: Error response from daemon: failed to create task for container: "
                                "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.\n")
     rc[B.CONTAINER_GPUS] = 125
-    files[B.NCCL_INTRA] = ("# nccl-tests version 2.13.10 nccl-headers=22105 nccl-library=22105\n"
+    code = nccl_code(versions["nccl"])
+    files[B.NCCL_INTRA] = (f"# nccl-tests version 2.13.10 nccl-headers={code} nccl-library={code}\n"
                            "# Collective test starting: all_reduce_perf\n"
                            f"{SYNTH_HOST}: Test CUDA failure common.cu:1030 'system has unsupported display driver / "
                            f"cuda driver combination'\n .. {SYNTH_HOST} pid 1234: Test failure common.cu:891\n")
@@ -249,7 +252,7 @@ class BundleWriter:
                 update={"command": f"dcgmi diag -r {look.dcgm_level} -j"})
             m = m.model_copy(update={"collected_by": "sim", "files": records})
             manifest = B.Manifest.model_validate(m.model_dump()).model_dump(mode="json", exclude_none=True)
-            manifest.update({k: f"@@{k}@@" for k in NODE_FIELDS})
+            manifest.update({k: PLACEHOLDER.format(k) for k in NODE_FIELDS})
             t = Template(files={k: v.encode("utf-8") for k, v in files.items()},
                          hosted=frozenset(k for k, v in files.items() if SYNTH_HOST in v or SYNTH_IP in v),
                          manifest_json=json.dumps(manifest, indent=2))
@@ -268,9 +271,8 @@ class BundleWriter:
                 data = data.replace(SYNTH_HOST.encode(), host).replace(SYNTH_IP.encode(), ip)
             out[name] = data
         manifest = t.manifest_json
-        for key, value in (("slot", who.slot), ("instance_id", who.instance_id), ("stack", who.stack),
-                           ("batch", who.batch), ("block", who.block)):
-            manifest = manifest.replace(_placeholder(key), json.dumps(value))
+        for key in NODE_FIELDS:
+            manifest = manifest.replace(json.dumps(PLACEHOLDER.format(key)), json.dumps(getattr(who, key)))
         out[B.MANIFEST] = manifest.encode("utf-8")
         return out
 
