@@ -266,6 +266,33 @@ def test_init_writes_a_project_that_validates_from_inside(tmp_path, monkeypatch)
     assert find_project().root == target.resolve()
 
 
+def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_path, monkeypatch):
+    """pulumi-language-python-exec: chdir to the project, then runpy.run_path(".", run_name="__main__")."""
+    import runpy
+
+    from infra.cloud import capture, program
+    from infra.spec import load_stack_path
+
+    target = tmp_path / "fresh"
+    assert run("init", str(target)).exit_code == 0
+    ran: list = []
+    real = program.run_program
+
+    def recorded(*, mocked: bool = False):
+        ran.append(real(mocked=mocked))
+        return ran[-1]
+
+    def as_pulumi_starts_it(*, mocked: bool):
+        runpy.run_path(".", run_name="__main__")  # ./__main__.py -> runpy.run_module("infra") -> run_program
+        return ran[-1]
+
+    monkeypatch.setattr(program, "run_program", recorded)
+    monkeypatch.setattr(capture, "run_program", as_pulumi_starts_it)
+    monkeypatch.chdir(target)
+    result = capture.capture_program(load_stack_path(target / "stacks" / "Pulumi.dev.yaml"), stack="dev")
+    assert len(ran) == 1 and result.registrations and "deployedSlots" in result.outputs
+
+
 def test_init_runtime_uses_the_virtualenv_gpufleet_runs_from():
     template = {"stacks/Pulumi.dev.yaml": b"config: {}\n"}
     with_venv = yaml.safe_load(project_files("p", "dev", template, Path("/opt/venv"))["Pulumi.yaml"])
