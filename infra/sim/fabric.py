@@ -158,10 +158,15 @@ def render_run(kind: str, sku: catalog.InstanceType, profiles: Sequence["NodePro
     return "\n".join(lines)
 
 
+LAUNCH_FAILED_S = 30.0  # srun / mpirun give up on a node whose daemon does not answer after ~30 s
+CUDA_FAILED_S = 10.0  # the launch works, CUDA init fails at once on every rank
+
+
 def launch_failure(kind: str, host: str, ip: str, why: str) -> str:
+    """What the launcher prints when a node's rank never starts."""
     if kind == "slurm":
         return (f"srun: error: Task launch for StepId=4242.0 failed on node {host}: {why}\n"
-                "srun: error: Application launch failed: " + why + "\n")
+                f"srun: error: Application launch failed: {why}\n")
     if kind == "ssh":
         return (f"ssh: connect to host {ip} port 22: Connection timed out\n"
                 "--------------------------------------------------------------------------\n"
@@ -169,6 +174,15 @@ def launch_failure(kind: str, host: str, ip: str, why: str) -> str:
     return (f"Error from server: pod on {host} did not start: {why}\n"
             "--------------------------------------------------------------------------\n"
             "mpirun was unable to launch the specified application as it lost contact with an orted daemon.\n")
+
+
+def unknown_node(kind: str, node: str) -> str:
+    """What the launcher prints for a node name that no running instance answers to."""
+    if kind == "slurm":
+        return f"srun: error: Unable to allocate resources: Invalid node name specified ({node})\n"
+    if kind == "ssh":
+        return f"ssh: Could not resolve hostname {node}: Name or service not known\n"
+    return f'Error from server (NotFound): nodes "{node}" not found\n'
 
 
 class SimLauncher:
@@ -195,17 +209,15 @@ class SimLauncher:
             down = [p for p in profiles if not p.reachable]
             code, text = 0, ""
             if missing:
-                code, text = 1, launch_failure(spec.kind, missing[0], "?", f"node {missing[0]} is not in the inventory")
-                took = 5.0
+                code, text, took = 1, unknown_node(spec.kind, missing[0]), LAUNCH_FAILED_S
             elif down:
-                code, text = 1, launch_failure(spec.kind, down[0].who.hostname, down[0].who.private_ip,
-                                               "Communication connection failure")
-                took = 30.0
+                code, took = 1, LAUNCH_FAILED_S
+                text = launch_failure(spec.kind, down[0].who.hostname, down[0].who.private_ip,
+                                      "Communication connection failure")
             elif any(p.systemic == "driver-broken" for p in profiles):
-                host = profiles[0].who.hostname
-                code, text = 1, (f"{_prefix(spec.kind, 0)}{host}: Test CUDA failure common.cu:1030 'system has "
-                                 "unsupported display driver / cuda driver combination'\n")
-                took = 10.0
+                code, took = 1, CUDA_FAILED_S
+                text = (f"{_prefix(spec.kind, 0)}{profiles[0].who.hostname}: Test CUDA failure common.cu:1030 "
+                        "'system has unsupported display driver / cuda driver combination'\n")
             else:
                 sizes = _sizes(argv)
                 text = render_run(spec.kind, c.sku, profiles, c.versions, sizes,

@@ -103,14 +103,7 @@ class Truth:
     shortfall: Mapping[str, int]  # slot -> provision calls that come back without it
     bad_replacements: Mapping[str, int]  # slot -> how many replacements in a row carry its fault again
     systemic: str = "none"
-    systemic_codes: tuple[str, ...] = ()
-
-    def expected_final(self, slot: str) -> Final:
-        t = self.faulty.get(slot)
-        return t.effect.final if t is not None else "admitted"
-
-    def by_final(self, final: Final) -> list[str]:
-        return sorted(s for s, t in self.faulty.items() if t.effect.final == final)
+    systemic_codes: tuple[str, ...] = ()  # what the gates give every node under the systemic fault
 
 
 @dataclass(frozen=True)
