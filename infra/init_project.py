@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import tempfile
 from importlib import resources
@@ -129,9 +130,12 @@ def project_files(name: str, stack: str, template: dict[str, bytes], venv: Path 
 def write_project(target: Path, files: dict[str, bytes], *, force: bool = False) -> list[str]:
     """Write `files` under `target`; return the existing files that were replaced (only with `force`).
 
-    A new or empty folder is filled in a temporary sibling and renamed into place, so an
-    interrupted init leaves no half-made project. A non-empty folder is refused unless `force`.
+    Everything is written into a temporary sibling first. A new folder is that sibling renamed
+    into place, so an interrupted init leaves no half-made project. An existing empty folder
+    (often the shell's working directory: `gpufleet init .`) is kept and the entries are moved
+    into it. A non-empty folder is refused unless `force`.
     """
+    target = target.resolve()
     if target.exists() and not target.is_dir():
         raise ConfigError("exists and is not a folder", path=str(target), expected="a new or empty folder")
     existing = target.is_dir() and any(target.iterdir())
@@ -139,18 +143,23 @@ def write_project(target: Path, files: dict[str, bytes], *, force: bool = False)
         raise ConfigError("the folder is not empty", path=str(target),
                           expected="a new or empty folder, or --force to write into it "
                                    "(files with the same names are replaced, and listed)")
-    if not existing:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.init-", dir=target.parent))
+    if existing:
+        replaced = [rel for rel in files if (target / rel).exists()]
+        _write_all(target, files)
+        return replaced
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.init-", dir=target.parent))
+    try:
         staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the project is an ordinary folder
         _write_all(staging, files)
         if target.is_dir():
-            target.rmdir()
-        staging.rename(target)
-        return []
-    replaced = [rel for rel in files if (target / rel).exists()]
-    _write_all(target, files)
-    return replaced
+            for entry in sorted(staging.iterdir()):
+                entry.rename(target / entry.name)
+        else:
+            staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return []
 
 
 def _umask() -> int:

@@ -325,6 +325,19 @@ def test_init_into_an_empty_folder_leaves_no_staging_folder_behind(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["empty"]
 
 
+def test_init_dot_fills_the_working_directory_in_place(tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    inode = here.stat().st_ino
+    monkeypatch.chdir(here)
+    result = run("init", ".")
+    assert result.exit_code == 0, result.output
+    assert here.stat().st_ino == inode  # the shell's working directory is the project, not a deleted folder
+    assert (here / "Pulumi.yaml").is_file() and yaml.safe_load((here / "Pulumi.yaml").read_text())["name"] == "here"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]
+    assert run("validate", "-s", "dev").exit_code == 0
+
+
 def test_init_with_an_unknown_example_stack_exits_2_listing_the_shipped_ones(tmp_path):
     result = run("init", str(tmp_path / "x"), "--stack", "nope")
     assert result.exit_code == 2 and "dev" in result.output and "prod" in result.output
