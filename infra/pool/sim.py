@@ -42,6 +42,8 @@ class SimPool:
         self.failures_before_blacklist = failures_before_blacklist
         self.slots = frozenset(slots) if slots is not None else None
         self.partitions = frozenset(partitions) if partitions is not None else None
+        self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self._fragments: dict[str, tuple[dict[str, Any], str]] = {}
 
     # --- the port -------------------------------------------------------------------------
 
@@ -116,6 +118,21 @@ class SimPool:
             return new
 
     def _read(self) -> dict[str, Any]:
+        """The pool document: a fresh top level over node entries that are never changed in place
+        (an edit replaces an entry), so the parse is cached while the file is the one we last saw."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return {"version": FORMAT_VERSION, "nodes": {}, "released": {}}
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._cache is not None and self._cache[0] == key:
+            doc = self._cache[1]
+            return {"version": doc["version"], "nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
+        doc = self._parse()
+        self._cache = (key, doc)
+        return {"version": doc["version"], "nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
+
+    def _parse(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -140,11 +157,28 @@ class SimPool:
         with open(self.path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             doc = self._read()
-            before = json.dumps(doc, sort_keys=True)
+            before = {"nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
             yield doc
-            text = json.dumps(doc, sort_keys=True)
-            if text != before:
-                _write_atomic(self.path, text)
+            if doc["nodes"] != before["nodes"] or doc["released"] != before["released"]:
+                _write_atomic(self.path, self._render(doc))
+                st = os.stat(self.path)
+                self._cache = ((st.st_ino, st.st_mtime_ns, st.st_size), doc)
+
+
+    def _render(self, doc: dict[str, Any]) -> str:
+        """The document as compact, key-sorted JSON. Node entries are replaced, never changed in
+        place, so each one's text is kept and only changed entries are encoded again: one admit
+        of 1,250 nodes encodes one node, not all of them."""
+        parts = []
+        for slot in sorted(doc["nodes"]):
+            raw = doc["nodes"][slot]
+            known = self._fragments.get(slot)
+            if known is None or known[0] is not raw:
+                known = (raw, f"{json.dumps(slot)}:{json.dumps(raw, sort_keys=True, separators=(',', ':'))}")
+                self._fragments[slot] = known
+            parts.append(known[1])
+        released = json.dumps(doc["released"], sort_keys=True, separators=(",", ":"))
+        return f'{{"nodes":{{{",".join(parts)}}},"released":{released},"version":{doc["version"]}}}'
 
 
 def _dump(node: PoolNode) -> dict[str, Any]:

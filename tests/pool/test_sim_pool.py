@@ -1,0 +1,62 @@
+"""The simulator's pool file: atomic, shared between processes, refused when damaged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.errors import PoolError
+from infra.pool.protocol import NodeState, PendingNode
+from infra.pool.sim import SimPool
+
+from .contract import record
+from .fakes import RecordingLauncher
+
+NODES = [PendingNode(slot=f"s-b0000-n{i:05d}", block=0, partition="train") for i in range(3)]
+
+
+def test_the_file_is_plain_sorted_json_and_survives_a_new_reader(tmp_path: Path):
+    path = tmp_path / "state" / "pool.json"
+    pool = SimPool(path, RecordingLauncher())
+    pool.register_pending(NODES)
+    pool.admit(NODES[0].slot, record(NODES[0]))
+    text = path.read_text()
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+    again = SimPool(path, None).state()
+    assert again.get(NODES[0].slot).state is NodeState.ADMITTED  # type: ignore[union-attr]
+
+
+def test_a_change_by_another_process_is_seen(tmp_path: Path):
+    path = tmp_path / "pool.json"
+    pool = SimPool(path, None)
+    pool.register_pending(NODES)
+    assert pool.state().get(NODES[1].slot).state is NodeState.PENDING  # type: ignore[union-attr]
+    code = ("import sys; from pathlib import Path; from infra.pool.sim import SimPool; "
+            f"SimPool(Path({str(path)!r}), None).quarantine({NODES[1].slot!r}, 'xid-79', 'from another process')")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+    got = pool.state().get(NODES[1].slot)
+    assert got is not None and got.state is NodeState.QUARANTINED and got.reason == "from another process"
+    assert pool.quarantine(NODES[1].slot, "xid-79", "from another process").failures == 1  # no double count
+
+
+def test_a_damaged_file_is_a_pool_error_naming_it(tmp_path: Path):
+    path = tmp_path / "pool.json"
+    path.write_text('{"nodes": {')
+    with pytest.raises(PoolError, match="pool.json is not valid JSON"):
+        SimPool(path, None).state()
+    path.write_text('{"version": 99, "nodes": {}}')
+    with pytest.raises(PoolError, match="not a version-1"):
+        SimPool(path, None).register_pending(NODES)
+    assert path.read_text() == '{"version": 99, "nodes": {}}'  # nothing written over it
+
+
+def test_a_status_only_pool_has_no_launcher(tmp_path: Path):
+    with pytest.raises(PoolError, match="without a launcher"):
+        SimPool(tmp_path / "pool.json", None).launcher()
+    fake = RecordingLauncher()
+    assert SimPool(tmp_path / "pool.json", fake).launcher() is fake
