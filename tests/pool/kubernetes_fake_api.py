@@ -82,6 +82,7 @@ class FakeKube:
     requests: list[tuple[str, str, int]] = field(default_factory=list)
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (path, content type, body)
     on_mpijob: Callable[["FakeKube", dict[str, Any]], None] | None = None
+    on_request: Callable[["FakeKube", str, str], None] | None = None  # (method, path), before it is served
     injected: list[Injected] = field(default_factory=list)
     version: int = 1000
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -129,6 +130,10 @@ class FakeKube:
         parsed = urlparse(url)
         path, query = parsed.path, {k: v[0] for k, v in parse_qs(parsed.query).items()}
         with self.lock:
+            if self.on_request is not None:
+                self.on_request(self, method, path)
+            if method == "PATCH":  # every patch sent, whatever the answer
+                self.patches.append((path, headers.get("Content-Type", ""), json.loads(body)))
             inj = self._injected(method, path)
             if inj is not None:
                 extra = {"Retry-After": str(inj.retry_after)} if inj.retry_after is not None else {}
@@ -208,7 +213,6 @@ class FakeKube:
         ctype = headers.get("Content-Type", "")
         if ctype != "application/merge-patch+json":
             return 415, _status(415, f"unsupported patch type {ctype}"), {}
-        self.patches.append((path, ctype, body))
         current = store[key]
         want_rv = (body.get("metadata") or {}).get("resourceVersion")
         if want_rv is not None and want_rv != current["metadata"]["resourceVersion"]:
@@ -233,6 +237,7 @@ class FakeApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
 
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -253,7 +258,7 @@ class FakeApiServer:
                 return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
