@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 
 import pytest
 
 from infra.errors import ConfigError, ProvisioningError
+from infra.gates import bundle as B
 from infra.plan import build_plan
-from infra.sim import SimulatedCloud
+from infra.sim import EPOCH, SimulatedCloud
 from infra.sim import cloud as cloud_module
 from infra.sim import world as W
 from infra.sim.faults import place_faults
@@ -99,7 +101,7 @@ def test_state_survives_a_new_process_and_a_kill(project, tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from infra.plan import build_plan
         from infra.project import load_project
-        from infra.sim import SimulatedCloud
+        from infra.sim import EPOCH, SimulatedCloud
         from infra.spec import ClusterSpec
         import infra.sim.cloud as c
         c.captured_instances = lambda *a: sys.exit("the program must come from the cache")
@@ -191,3 +193,22 @@ def test_a_cloud_with_instances_keeps_its_seeded_faults(cloud_for, project):
     with pytest.raises(ConfigError, match="changed after this stack's simulated cloud launched") as exc:
         SimulatedCloud.open(reseeded, cloud.plan, project, "local")
     assert exc.value.field == "gpufleet:simulator"
+
+
+def test_bundles_carry_the_virtual_clocks_time_and_a_rerun_replaces_them(cloud_for, tmp_path):
+    cloud = cloud_for(make_spec(target_gpus=80))
+    inst = next(iter(cloud.provisioner.provision(1, cloud.plan.batch_nodes(1)).instances.values()))
+    assert cloud.clock.now() == EPOCH
+    cloud.clock.advance(3600)
+    res = cloud.executor.preflight([inst], tmp_path)
+    first = B.read_bundle(tmp_path / inst.slot)
+    assert min(r.started for r in first.manifest.files.values()) == EPOCH + timedelta(hours=1)
+    assert res.duration_s == cloud.config.durations.dcgm_level[2] + cloud.config.durations.preflight_other
+    (tmp_path / inst.slot / "leftover.txt").write_text("from an earlier attempt")
+    cloud.clock.set_elapsed(7200)
+    cloud.executor.preflight([inst], tmp_path)
+    again = B.read_bundle(tmp_path / inst.slot)
+    assert set(again.files) == set(first.files)
+    assert min(r.started for r in again.manifest.files.values()) == EPOCH + timedelta(hours=2)
+    with pytest.raises(ValueError):
+        cloud.clock.advance(-1)
