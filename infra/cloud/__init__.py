@@ -1,5 +1,7 @@
-"""Pulumi components for AWS: network, identity, EKS, compute (EFA batches), storage.
+"""Pulumi components for AWS: network, identity, EKS or the Slurm controller, compute (EFA batches), storage.
 
-Every resource is derived from the plan (`infra.plan.build_plan`); `program.build_cluster`
-wires the components together and is what `infra/__main__.py` and the offline preview run.
+Every resource is derived from the plan (`infra.plan.plan_stack`); `program.run_program` wires the
+components together: `infra/__main__.py` runs it for `pulumi up`, `capture.capture_program` under
+mocks for the offline preview, the tests and the simulator. `staging` (pure) decides which slots
+have instances; `recorded` reads what the stack deployed last.
 """
