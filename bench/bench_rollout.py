@@ -1,0 +1,136 @@
+"""Benchmark the local (simulated) rollout: wall time and peak memory at 1,000 and 10,000 GPUs,
+and the modelled time-to-pool with and without pipelining beside its lower bound.
+
+Run: python bench/bench_rollout.py [--sizes 16,1000,10000]. Each size runs `gpufleet rollout` in
+its own process (so peak RSS is that rollout's), on a throwaway project whose stack is `local`
+scaled to the size (the same fault rate, partitions in the same shares). The Pulumi program
+capture the simulator starts from is done once per size beforehand and reported separately
+(bench/bench_program.py measures the program itself). Figures are printed as ratios against the
+16-GPU rollout measured in the same run. Targets: 1,000 GPUs under 15 s, 10,000 under 120 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {1000: 15.0, 10000: 120.0}
+
+
+def stack_for(gpus: int) -> dict:
+    """`local` scaled to `gpus`: partitions by the same shares, faults at the same rate."""
+    doc = yaml.safe_load((REPO / "stacks" / "Pulumi.local.yaml").read_text())
+    cfg = doc["config"]
+    scale = gpus / cfg["gpufleet:cluster"]["targetGpus"]
+    cfg["gpufleet:cluster"].update(targetGpus=gpus, name=f"bench{gpus}")
+    units = gpus // cfg["gpufleet:cluster"]["unitGpus"]
+    parts = cfg["gpufleet:partitions"]
+    total = sum(p["units"] for p in parts)
+    shares = [max(1, round(p["units"] * units / total)) for p in parts]
+    shares[0] += units - sum(shares)
+    if shares[0] < 1 or gpus < 100:  # tiny: one partition
+        parts[:] = [{**parts[0], "units": units, "quotaUnits": units}]
+    else:
+        for p, u in zip(parts, shares):
+            p.update(units=u, quotaUnits=u)
+    sim = cfg["gpufleet:simulator"]
+    if gpus < 100:
+        sim.pop("faults", None), sim.pop("capacityShortfall", None)
+        sim["badLinks"] = 0
+    else:
+        sim["faults"] = {k: max(1, round(v * scale)) for k, v in sim.get("faults", {}).items()}
+        sim["badLinks"] = max(1, round(sim.get("badLinks", 0) * scale))
+    return doc
+
+
+def make_project(root: Path, gpus: int) -> str:
+    root.mkdir(parents=True)
+    shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
+    for name in ("images", "playbooks"):
+        (root / name).symlink_to(REPO / name)
+    (root / "stacks").mkdir()
+    stack = f"bench{gpus}"
+    (root / "stacks" / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(stack_for(gpus), sort_keys=False))
+    return stack
+
+
+def one(project: Path, stack: str) -> None:
+    """Child process: one rollout; prints wall seconds and peak RSS as JSON."""
+    import resource
+
+    from click.testing import CliRunner
+
+    from infra.cli import main
+
+    t0 = time.perf_counter()
+    result = CliRunner().invoke(main, ["--project", str(project), "rollout", "-s", stack])
+    wall = time.perf_counter() - t0
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report = json.loads((project / "reports" / stack / "rollout.json").read_text())
+    print(json.dumps({"exit": result.exit_code, "wall_s": wall, "peak_mib": peak_mib, "timeline": report["timeline"],
+                      "status": report["status"], "admitted_gpus": report["admitted_gpus"],
+                      "quarantined": len(report["quarantined"]), "batches": len(report["batches"])}))
+
+
+def capture(project: Path, stack: str) -> float:
+    """Warm the simulator's program cache (the real Pulumi program under mocks) for this stack."""
+    code = ("import sys; from infra.project import load_project; from infra.spec import load_stack_path; "
+            "from infra.plan import plan_stack; from infra.sim.cloud import SimulatedCloud; "
+            "p = load_project(__import__('pathlib').Path(sys.argv[1])); s = load_stack_path(p.stack_file(sys.argv[2])); "
+            "SimulatedCloud.open(s, plan_stack(s), p, sys.argv[2])")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(project), stack], check=True, cwd=REPO)
+    return time.perf_counter() - t0
+
+
+def measure(gpus: int, work: Path) -> dict:
+    project = work / f"p{gpus}"
+    stack = make_project(project, gpus)
+    captured = capture(project, stack)
+    for leftover in ("journal.jsonl", "pool.json"):
+        (project / ".gpufleet" / stack / leftover).unlink(missing_ok=True)
+    out = subprocess.run([sys.executable, __file__, "--one", str(project), stack], check=True, cwd=REPO,
+                         capture_output=True, text=True)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures["capture_s"] = captured
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="16,1000,10000", help="GPU counts; the first is the baseline")
+    ap.add_argument("--one", nargs=2, metavar=("PROJECT", "STACK"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one(Path(args.one[0]), args.one[1])
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
+        results = {g: measure(g, Path(tmp)) for g in sizes}
+    base = results[sizes[0]]
+    print(f"{'GPUs':>6} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'x base':>7} {'status':>9} {'admitted':>8} "
+          f"{'quar.':>5} {'seq. h':>7} {'pipe h':>7} {'bound h':>7} {'pipe/seq':>8} {'capture s':>9}")
+    for g, r in results.items():
+        t = r["timeline"]
+        ratio = t["pipelined_s"] / t["sequential_s"] if t["sequential_s"] else 1.0
+        print(f"{g:>6} {r['wall_s']:>8.2f} {r['wall_s'] / base['wall_s']:>7.1f} {r['peak_mib']:>9.0f} "
+              f"{r['peak_mib'] / base['peak_mib']:>7.1f} {r['status']:>9} {r['admitted_gpus']:>8} {r['quarantined']:>5} "
+              f"{t['sequential_s'] / 3600:>7.2f} {t['pipelined_s'] / 3600:>7.2f} {t['lower_bound_s'] / 3600:>7.2f} "
+              f"{ratio:>8.2f} {r['capture_s']:>9.1f}")
+    for g, limit in TARGETS.items():
+        if g in results:
+            ok = results[g]["wall_s"] < limit
+            print(f"target {g} GPUs < {limit:.0f} s: {'met' if ok else 'MISSED'} ({results[g]['wall_s']:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
