@@ -64,9 +64,11 @@ def parse_json(text: str) -> dict[str, SlurmNode]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PoolError(f"Slurm printed JSON that does not parse ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("sinfo"), list):
+        return _parse_grouped(doc["sinfo"])
     nodes = doc.get("nodes") if isinstance(doc, dict) else None
     if not isinstance(nodes, list):
-        raise PoolError("Slurm's JSON has no `nodes` list (a sinfo --json of another format?)")
+        raise PoolError("Slurm's JSON has neither a `nodes` nor a `sinfo` list (not sinfo/scontrol --json output)")
     out: dict[str, SlurmNode] = {}
     for raw in nodes:
         state = raw.get("state")
@@ -76,6 +78,25 @@ def parse_json(text: str) -> dict[str, SlurmNode]:
         features = features if isinstance(features, list) else [f for f in str(features).split(",") if f]
         out[raw["name"]] = _node(raw["name"], words, raw.get("reason") or "", raw.get("comment") or "",
                                  raw.get("partitions") or [], features)
+    return out
+
+
+def _parse_grouped(groups: list) -> dict[str, SlurmNode]:
+    """`sinfo -N --json` from 23.02 (data_parser v0.0.39+): entries group nodes per partition,
+    state a list, reason an object; a node in two partitions appears twice."""
+    out: dict[str, SlurmNode] = {}
+    for g in groups:
+        reason = g.get("reason") or ""
+        reason = reason.get("description", "") if isinstance(reason, dict) else str(reason)
+        feats = g.get("features") or {}
+        feats = feats.get("total", "") if isinstance(feats, dict) else str(feats)
+        part = (g.get("partition") or {}).get("name") or ""
+        state = (g.get("node") or {}).get("state") or []
+        for name in (g.get("nodes") or {}).get("nodes") or []:
+            prev = out.get(name)
+            parts = (*(prev.partitions if prev else ()), *([part] if part else []))
+            out[name] = _node(name, [state] if isinstance(state, str) else list(state), reason, g.get("comment") or "",
+                              list(parts), [f for f in feats.split(",") if f])
     return out
 
 
