@@ -10,6 +10,7 @@ One entry point::
     cloud.ledger        # what the cloud did (launch/stop/terminate/shortfall), fsync'd JSONL, sim/ledger.jsonl
     cloud.clock         # VirtualClock: now(); the rollout advances it by the modelled durations
     cloud.truth()       # the seeded ground truth: faulty slots with expected reason codes, bad links as pairs
+    cloud.node_outputs(slot)  # a node's raw tool outputs (file -> (output, rc)) for stub tools on real hosts
 
 The simulator never decides: the real parsers and gates judge what it renders. Its state (the
 ledger, the remediations applied, the captured program) survives a killed process; reopening

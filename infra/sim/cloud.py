@@ -167,6 +167,16 @@ class SimulatedCloud:
         return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=self._versions_key,
                         fault=p.fault, systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
 
+    def node_outputs(self, slot: str) -> dict[str, tuple[str, int]]:
+        """The raw tool outputs of the slot's running instance (bundle file name -> (output, exit
+        code)), as of now: for stub GPU tools on rehearsal hosts, so real transport carries exactly
+        what the simulated executor would have written."""
+        inst = self.ledger.current().get(slot)
+        if inst is None:
+            raise ProvisioningError(f"slot {slot} has no running instance")
+        p = self.profile(inst)
+        return self.writer.outputs(self.look(p), p.who, self.clock.now())
+
     def running(self, instance_id: str) -> W.SimInstance | None:
         inst = self.ledger.instance(instance_id)
         return inst if inst is not None and inst.state == "running" else None

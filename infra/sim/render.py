@@ -99,6 +99,7 @@ class NodeIdentity:
 @dataclass
 class Template:
     files: dict[str, bytes]
+    exit_codes: dict[str, int]  # per file; 0 unless the tool failed
     hosted: frozenset[str]  # files that name the host
     manifest_json: str  # manifest.json with PLACEHOLDER in each of NODE_FIELDS
 
@@ -254,7 +255,7 @@ class BundleWriter:
             manifest = B.Manifest.model_validate(m.model_dump()).model_dump(mode="json", exclude_none=True)
             manifest.update({k: PLACEHOLDER.format(k) for k in NODE_FIELDS})
             t = Template(files={k: v.encode("utf-8") for k, v in files.items()},
-                         hosted=frozenset(k for k, v in files.items() if SYNTH_HOST in v or SYNTH_IP in v),
+                         exit_codes={k: rc.get(k, 0) for k in files}, hosted=frozenset(k for k, v in files.items() if SYNTH_HOST in v or SYNTH_IP in v),
                          manifest_json=json.dumps(manifest, indent=2))
             if len(self._templates) > 256:
                 self._templates.clear()
@@ -270,11 +271,22 @@ class BundleWriter:
             if name in t.hosted:
                 data = data.replace(SYNTH_HOST.encode(), host).replace(SYNTH_IP.encode(), ip)
             out[name] = data
+        out[B.MANIFEST] = self.manifest(t, who)
+        return out
+
+    def outputs(self, look: NodeLook, who: NodeIdentity, started: datetime) -> dict[str, tuple[str, int]]:
+        """Bundle file name -> (output, exit code) for this node, without the manifest: what stub
+        tools on a rehearsal host print, byte for byte what its bundle would hold."""
+        t = self.template(look, started)
+        files = self.files(look, who, started)
+        return {name: (files[name].decode("utf-8"), t.exit_codes[name]) for name in t.files}
+
+    @staticmethod
+    def manifest(t: Template, who: NodeIdentity) -> bytes:
         manifest = t.manifest_json
         for key in NODE_FIELDS:
             manifest = manifest.replace(json.dumps(PLACEHOLDER.format(key)), json.dumps(getattr(who, key)))
-        out[B.MANIFEST] = manifest.encode("utf-8")
-        return out
+        return manifest.encode("utf-8")
 
     def write(self, directory: Path, look: NodeLook, who: NodeIdentity, started: datetime) -> Path:
         """One bundle folder; each file one open/write/close, a re-run overwrites the same names."""

@@ -212,3 +212,18 @@ def test_bundles_carry_the_virtual_clocks_time_and_a_rerun_replaces_them(cloud_f
     assert min(r.started for r in again.manifest.files.values()) == EPOCH + timedelta(hours=2)
     with pytest.raises(ValueError):
         cloud.clock.advance(-1)
+
+
+def test_node_outputs_are_what_the_bundle_holds(cloud_for, tmp_path):
+    """What stub tools on a rehearsal host print is byte for byte the simulated executor's bundle."""
+    cloud = cloud_for(make_spec(target_gpus=80, faults={"efa-missing": 1}))
+    res = cloud.provisioner.provision(len(cloud.plan.batches), cloud.plan.nodes)
+    slot = next(iter(cloud.truth().faulty))
+    outputs = cloud.node_outputs(slot)
+    cloud.executor.preflight([res.instances[slot]], tmp_path)
+    bundle = B.read_bundle(tmp_path / slot)
+    assert {k: text for k, (text, _) in outputs.items()} == dict(bundle.files)
+    assert {k: rc for k, (_, rc) in outputs.items()} == {k: r.exit_code for k, r in bundle.manifest.files.items()}
+    assert outputs[B.FI_INFO][1] != 0
+    with pytest.raises(ProvisioningError, match="no running instance"):
+        cloud.node_outputs("no-such-slot")
