@@ -10,10 +10,14 @@ import json
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import click
 
 from infra.errors import ConfigError, ConfigErrors, GpufleetError
+
+if TYPE_CHECKING:
+    from infra.findings import Finding
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_GATE, EXIT_DRIFT = 0, 1, 2, 3, 4
 # Every JSON document a command prints carries `schema_version` (snake_case, like plan and admission records).
@@ -115,7 +119,7 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
         sys.exit(EXIT_CONFIG)
 
 
-def _validate_document(stack: str, *, errors=(), findings=()) -> dict:
+def _validate_document(stack: str, *, errors: Sequence[ConfigError] = (), findings: Sequence[Finding] = ()) -> dict:
     """`validate --json`: schema errors (the file is unusable) or the findings, in one shape."""
     return {
         "schema_version": VALIDATE_SCHEMA_VERSION,
