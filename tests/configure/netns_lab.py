@@ -18,9 +18,11 @@ import json
 import os
 import random
 import secrets
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 REGISTRY = Path("/run/gpufleet-test-netns")
 SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")  # one /24 per run, chosen among the free ones
@@ -66,6 +68,8 @@ def _remove(record: dict) -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     for mount in reversed(record.get("mounts", [])):
         subprocess.run(["umount", "-l", mount], capture_output=True)
+    for directory in record.get("dirs", []):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def sweep_stale() -> list[str]:
@@ -93,7 +97,9 @@ class NetnsLab:
         self.token = secrets.token_hex(3)  # 6 hex: names stay under the kernel's 15-character limit
         self.bridge = f"gf{self.token}br"
         self.hosts: dict[str, Host] = {}
-        self._record: dict = {"pid": os.getpid(), "bridge": self.bridge, "namespaces": [], "veths": [], "mounts": []}
+        self.roots_dir = REGISTRY / self.token  # chroot roots: sshd wants every path component root-owned, not world-writable
+        self._record: dict = {"pid": os.getpid(), "bridge": self.bridge, "namespaces": [], "veths": [], "mounts": [],
+                              "dirs": [str(self.roots_dir)]}
         self._record_path = REGISTRY / f"{self.token}.json"
         REGISTRY.mkdir(parents=True, exist_ok=True)
         self.swept = sweep_stale()
@@ -152,13 +158,26 @@ class NetnsLab:
         lines = [f"ListenAddress {host.address}", f"HostKey {hostkey}", f"PidFile {self.workdir}/sshd-{name}.pid",
                  "PermitRootLogin prohibit-password", "PasswordAuthentication no",
                  f"AuthorizedKeysFile {self.workdir}/authorized_keys", "StrictModes no", "UsePAM no",
-                 "MaxStartups 100", "MaxSessions 100"]
+                 "MaxStartups 100", "MaxSessions 100", "Subsystem sftp internal-sftp"]
         if root is not None:
             lines.append(f"ChrootDirectory {root}")
         cfg.write_text("\n".join(lines) + "\n")
         sh("ip", "netns", "exec", ns, "/usr/sbin/sshd", "-f", str(cfg))
         self.hosts[name] = host
         return host
+
+    def overlay_root(self, name: str, layers: Sequence[Path]) -> Path:
+        """A throwaway copy-on-write root over read-only `layers` (topmost first), with /proc and /sys."""
+        base = self.roots_dir / name
+        for sub in ("upper", "work", "root"):
+            (base / sub).mkdir(parents=True)
+        root = base / "root"
+        lower = ":".join(str(p) for p in layers)
+        self.mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={base / 'upper'},workdir={base / 'work'}",
+                   str(root))
+        self.mount("-t", "proc", "proc", str(root / "proc"))
+        self.mount("-t", "sysfs", "sysfs", str(root / "sys"))
+        return root
 
     def mount(self, *argv: str) -> None:
         """`mount ARGV...` (last argument the mount point), recorded so that cleanup unmounts it."""

@@ -1,4 +1,4 @@
-"""ansible-lint (production profile, offline) and ansible-playbook --syntax-check on site.yml."""
+"""ansible-lint (production profile, offline) and ansible-playbook --syntax-check on site.yml and remediate.yml."""
 
 from __future__ import annotations
 
@@ -19,16 +19,18 @@ def _env():
                 NO_COLOR="1", ANSIBLE_ROLES_PATH=str(ROOT / "playbooks" / "roles"))
 
 
-def test_ansible_lint_production_profile():
+@pytest.mark.parametrize("playbook", ["site.yml", "remediate.yml"])
+def test_ansible_lint_production_profile(playbook):
     lint = shutil.which("ansible-lint", path=str(BIN)) or shutil.which("ansible-lint")
     if lint is None:
         pytest.skip("ansible-lint is not installed (pip install ansible-lint; see the test extra)")
-    proc = subprocess.run([lint, "--offline", "--profile", "production", "--nocolor", "playbooks/site.yml"],
+    proc = subprocess.run([lint, "--offline", "--profile", "production", "--nocolor", f"playbooks/{playbook}"],
                           cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
-def test_site_syntax_check():
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", "playbooks/site.yml"],
+@pytest.mark.parametrize("playbook", ["site.yml", "remediate.yml"])
+def test_site_syntax_check(playbook):
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", f"playbooks/{playbook}"],
                           cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
