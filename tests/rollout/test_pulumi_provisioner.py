@@ -152,8 +152,14 @@ def _provisioner(fake: FakePulumi, tmp_path: Path, ec2=None, progress=None, atte
     return p, sleeps
 
 
-def test_it_is_the_rollout_provisioner_port(tmp_path):
-    assert isinstance(_provisioner(FakePulumi([]), tmp_path)[0], Provisioner)
+def test_it_is_the_rollout_provisioner_port_on_the_projects_stack(tmp_path):
+    fake = FakePulumi([])
+    p, _ = _provisioner(fake, tmp_path)
+    assert isinstance(p, Provisioner)
+    # the CLI runs in the project root: it reads Pulumi.yaml there (a `backend.url` included)
+    assert p.stack.workspace.work_dir == str(tmp_path) and fake.calls == [SELECT]
+    assert p.instance_urn("gpu-b0000-n00001") == (
+        "urn:pulumi:gpu::gpufleet::gpufleet:compute:Compute$aws:ec2/instance:Instance::gpu-b0000-n00001")
 
 
 def test_a_batch_raises_the_target_runs_up_and_reads_the_nodes_output(tmp_path):
@@ -336,3 +342,15 @@ def test_an_unknown_replace_action_is_refused(tmp_path):
     p, _ = _provisioner(FakePulumi([]), tmp_path)
     with pytest.raises(ProvisioningError, match="unknown replace action"):
         p.replace(BATCH1[0], "reboot")  # type: ignore[arg-type]
+
+
+def test_the_urn_it_targets_is_the_one_the_program_registers(tmp_path):
+    from infra.cloud.capture import capture_program
+
+    cap = capture_program("dev", target_batch=1)
+    node = next(r for r in cap.of_type("aws:ec2/instance:Instance") if r.name == "dev-b0000-n00000")
+    fake = FakePulumi([])
+    project = Project(root=tmp_path, name="gpufleet", stacks_dir=tmp_path)
+    p = PulumiProvisioner(auto.Stack.select("dev", auto.LocalWorkspace(work_dir=str(tmp_path), pulumi_command=fake)),
+                          project.name, ec2=lambda: pytest.fail("no EC2 call expected"))
+    assert p.instance_urn("dev-b0000-n00000") == node.urn
