@@ -275,3 +275,14 @@ def test_launcher_reports_a_failed_run_and_a_run_past_its_deadline(server, clock
     (late,) = launcher.run([launch_spec("kubernetes", slots, k8s, {})], timeout_s=60)
     assert late.exit_code == TIMEOUT_EXIT and clock.now >= 60
     assert server.kube.mpijobs == {}  # deleted either way
+
+
+def test_the_benchmark_runs_at_a_small_size():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "bench" / "bench_pool_kubernetes.py"), "20"], capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    assert "admit x20:" in out and "40 API calls" in out and "answered 500" in out
