@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from infra.sim.cloud import NodeProfile, SimulatedCloud
 
 
+FAILED_AT = 0.5  # the driver install that fails runs about half way through site.yml
+
+
 def unreachable_message(ip: str) -> str:
     return f"Failed to connect to the host via ssh: ssh: connect to host {ip} port 22: Connection timed out"
 
@@ -49,7 +52,8 @@ class SimExecutor:
                                             message=unreachable_message(p.who.private_ip), duration_s=stage)
             elif p.fault == "configure-failed":
                 hosts[i.slot] = HostOutcome(
-                    slot=i.slot, status=HostStatus.FAILED, task=CONFIGURE_FAILED_TASK, duration_s=d.configure / 2,
+                    slot=i.slot, status=HostStatus.FAILED, task=CONFIGURE_FAILED_TASK,
+                    duration_s=d.configure * FAILED_AT,
                     message="non-zero return code: E: Sub-process /usr/bin/dpkg returned an error code (1); "
                             "nvidia-dkms: modprobe: ERROR: could not insert 'nvidia': No such device")
             else:

@@ -55,8 +55,8 @@ class SimProvisioner:
         c.ledger.append(events)
         current = c.ledger.current()
         instances = {s.name: port_instance(current[s.name]) for s in slots if s.name in current}
-        shortfall = {s.name: short.get(s.name, "no capacity for this slot yet") for s in slots
-                     if s.name not in current}
+        shortfall = {s.name: short.get(s.name) or f"batch {s.batch} is beyond the batch target {batch}"
+                     for s in slots if s.name not in current}
         d = c.config.durations
         duration = d.provision_api + d.boot if launched else 0.0
         return ProvisionResult(instances=instances, shortfall=shortfall, duration_s=duration)

@@ -42,11 +42,12 @@ def test_instances_are_the_programs_with_ips_from_the_compute_subnet(cloud_for):
 
 def test_provisioning_is_idempotent_and_staged_by_batch(cloud_for):
     cloud = cloud_for(make_spec())
-    first = cloud.provisioner.provision(1, cloud.plan.batch_nodes(1))
-    assert set(cloud.provisioner.inventory()) == {s.name for s in cloud.plan.batch_nodes(1)}
+    first = cloud.provisioner.provision(1, cloud.plan.batch_nodes(1) + cloud.plan.batch_nodes(2)[:1])
+    assert set(cloud.provisioner.inventory()) == set(first.instances) == {s.name for s in cloud.plan.batch_nodes(1)}
+    assert list(first.shortfall.values()) == ["batch 2 is beyond the batch target 1"]
     events = len(cloud.ledger.events)
     again = cloud.provisioner.provision(1, cloud.plan.batch_nodes(1))
-    assert again.instances == first.instances and again.duration_s == 0
+    assert again.instances == first.instances and again.duration_s == 0 and not again.shortfall
     assert len(cloud.ledger.events) == events  # nothing launched twice
     # batch 1's slots asked under a higher target: batch 2 comes up, batch 1 is returned as is
     cloud.provisioner.provision(2, cloud.plan.batch_nodes(1))
