@@ -12,7 +12,7 @@ import json
 import pytest
 from pulumi_policy import EnforcementLevel
 
-from infra.cloud import tags as t
+from infra import tagging as t
 from policies import rules
 from policies.evaluate import evaluate
 from policies.pack import policies
@@ -67,7 +67,18 @@ def test_no_public_ip(prod):
     _check(rules.no_public_ip, _one(prod, rules.LAUNCH_TEMPLATE),
            lambda p: p["networkInterfaces"][0].update(associatePublicIpAddress=True))
     _check(rules.no_public_ip, _one(prod, rules.SUBNET, "subnet-compute"), lambda p: p.update(mapPublicIpOnLaunch=True))
+    _check(rules.no_public_ip, _one(prod, rules.SUBNET, "subnet-management"), lambda p: p.pop("mapPublicIpOnLaunch"))
     _check(rules.no_public_ip, _one(prod, rules.INSTANCE), lambda p: p.update(associatePublicIpAddress=True))
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_public_ip_parameter_on_a_multi_interface_template(prod, value):
+    lt = _one(prod, rules.LAUNCH_TEMPLATE)
+    _check(rules.public_ip_param_multi_interface, lt,
+           lambda p: p["networkInterfaces"][3].update(associatePublicIpAddress=value))
+    one = copy.deepcopy(lt.inputs)  # a single interface may carry it: EC2 accepts that launch
+    one["networkInterfaces"] = [{**one["networkInterfaces"][0], "associatePublicIpAddress": False}]
+    assert rules.public_ip_param_multi_interface(lt.type, one) == []
 
 
 def test_storage_encrypted(prod):
@@ -84,8 +95,11 @@ def test_secret_in_user_data(prod):
            lambda p: p.update(userData=p["userData"] + "\n-----BEGIN OPENSSH PRIVATE KEY-----\n"))
 
 
-def test_required_tags(prod):
+def test_required_tags(prod, full_capture):
     _check(rules.required_tags, _one(prod, rules.INSTANCE), lambda p: p["tags"].pop(t.SLOT))
+    head = _one(full_capture("dev"), rules.INSTANCE, "slurm-controller")  # not a GPU node: no slot tags
+    _check(rules.required_tags, head, lambda p: p["tags"].pop(t.STACK))
+    _check(rules.required_tags, head, lambda p: p.update(instanceType="p5.48xlarge"))
     _check(rules.required_tags, _one(prod, rules.FSX), lambda p: p["tags"].update({t.MANAGED_BY: "hand"}))
 
 
