@@ -193,3 +193,27 @@ def test_the_modelled_timeline_with_and_without_pipelining():
     assert t.pipelined_s == 4 * 3000 - 2 * 600
     assert t.lower_bound_s == 6000 and t.lower_bound_s <= t.pipelined_s
     assert t.batch_end_s[-1] == t.pipelined_s
+
+
+def test_threaded_provisioning_ahead_gives_the_same_rollout(tmp_path):
+    spec = small_spec(maxFailureRate=0.5)
+    def cloud():
+        return FakeCloud(faults={SLOT(5): frozenset({"nvlink_down"})}, shortfall_once={SLOT(9)})
+    inline_cloud, threaded_cloud = cloud(), cloud()
+    inline = orchestrator(tmp_path / "inline", inline_cloud, spec).run()
+    threaded = orchestrator(tmp_path / "threaded", threaded_cloud, spec, threaded=True).run()
+    assert stages(threaded) == stages(inline) and threaded.finished and threaded.short == []
+    assert sorted(threaded_cloud.ledger) == sorted(inline_cloud.ledger)
+    assert {k: b.durations for k, b in threaded.state.batches.items()} == \
+        {k: b.durations for k, b in inline.state.batches.items()}
+
+
+def test_a_halt_waits_for_the_batch_provisioned_ahead_and_records_it(tmp_path):
+    spec = small_spec(maxFailureRate=0.2)
+    cloud = FakeCloud(faults={SLOT(7): frozenset({"nvlink_down"}), SLOT(8): frozenset({"nvlink_down"})})
+    out = orchestrator(tmp_path, cloud, spec, threaded=True).run()
+    assert out.halted and "batch 3 failed 2 of 4" in out.halt_reason
+    # batch 4 was being provisioned while batch 3 was gated: its instance is journaled, never configured
+    ahead = out.state.nodes[SLOT(11)]
+    assert ahead.stage is NodeStage.PROVISIONED and ahead.instance_id == "i-0001101"
+    assert out.state.batches[4].stage is BatchStage.HALTED
