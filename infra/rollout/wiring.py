@@ -2,7 +2,7 @@
 
 Why one place: the orchestrator cannot tell the adapters apart; only this module knows that a
 `gpufleet:simulator` key means the embedded cloud (`infra.sim`), and that a real stack means Pulumi
-(Automation API), Ansible and the stack's pool (`infra.pool.factory.pool_for`, when present).
+(Automation API) and Ansible; the pool is the stack's (`infra.pool.factory.pool_for`) either way.
 """
 
 from __future__ import annotations
@@ -73,24 +73,7 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
 
 
 def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any) -> Any:
-    """The stack's pool: `infra.pool.factory.pool_for` when it exists; the simulator's file pool otherwise."""
-    try:
-        from infra.pool.factory import pool_for  # type: ignore[import-not-found]
-    except ImportError:
-        pool_for = None
-    if pool_for is not None:
-        import inspect
+    """The stack's pool; on a simulated stack its multi-node runs go to the simulator's fabric model."""
+    from infra.pool.factory import pool_for
 
-        params = inspect.signature(pool_for).parameters
-        kwargs = {"launcher": launcher} if "launcher" in params and launcher is not None else {}
-        if "plan" in params:
-            kwargs["plan"] = plan
-        return pool_for(spec, project, stack, **kwargs)
-    if spec.pool.type != "sim" or launcher is None:
-        raise ConfigError(f"no adapter for a {spec.pool.type} pool in this installation",
-                          field="gpufleet:pool.type", expected="sim (infra.pool.factory is not installed)")
-    from infra.pool.sim import SimPool
-
-    return SimPool(project.state_dir(stack) / "pool.json", launcher,
-                   failures_before_blacklist=spec.rollout.failures_before_blacklist,
-                   slots=[s.name for s in plan.nodes], partitions=[p.name for p in plan.partitions])
+    return pool_for(spec, project, stack, launcher=launcher, plan=plan)
