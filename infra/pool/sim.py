@@ -160,7 +160,7 @@ class SimPool:
             before = {"nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
             yield doc
             if doc["nodes"] != before["nodes"] or doc["released"] != before["released"]:
-                _write_atomic(self.path, self._render(doc))
+                write_atomic(self.path, self._render(doc))
                 st = os.stat(self.path)
                 self._cache = ((st.st_ino, st.st_mtime_ns, st.st_size), doc)
 
@@ -193,7 +193,8 @@ def _node(raw: dict[str, Any] | None) -> PoolNode | None:
     return PoolNode(**{**raw, "state": NodeState(raw["state"])})
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Temp file, fsync, rename, fsync of the folder: a crash leaves the old file or the new one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

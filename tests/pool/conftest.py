@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -83,8 +82,3 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 def cluster(slurm_cluster: Cluster) -> Cluster:
     slurm_cluster.reset()
     return slurm_cluster
-
-
-@pytest.fixture
-def slurm_dir(tmp_path: Path) -> Path:
-    return tmp_path

@@ -25,7 +25,7 @@ from infra.pool.slurm.local import LocalSlurm
 from infra.pool.slurm.nodes import parse_json, parse_text
 from infra.spec import ClusterSpec, load_stack
 
-from .conftest import Cluster, small_spec
+from .conftest import Cluster
 from .contract import record
 
 

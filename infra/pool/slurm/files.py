@@ -7,10 +7,8 @@ the stack's state dir for review. Nothing in them is secret (munge's key never i
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from infra.plan.model import ClusterPlan
+from infra.pool.sim import write_atomic
 from infra.pool.slurm.conf import RealFlavour, generate
 from infra.project import Project
 from infra.spec import ClusterSpec
@@ -37,16 +35,9 @@ def write_slurm_config(spec: ClusterSpec, plan: ClusterPlan, project: Project, s
     config = generate(spec, plan, flavour, version)
     folder = project.state_dir(stack) / CONFIG_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {name: _write(folder / name, text) for name, text in config.files().items()}
+    paths = {name: folder / name for name in config.files()}
+    for name, text in config.files().items():
+        write_atomic(paths[name], text)
     return {"slurm_version": version, "slurm_conf_file": str(paths["slurm.conf"]),
             "slurm_gres_conf_file": str(paths["gres.conf"]), "slurm_topology_conf_file": str(paths["topology.conf"])}
 
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
