@@ -34,10 +34,16 @@ class SimExecutor:
         inst: SimInstance | None = self.cloud.running(instance.instance_id)
         return None if inst is None else self.cloud.profile(inst)
 
-    def _gone(self, instance: Instance) -> HostOutcome:
-        """An instance that is not running (stopped, replaced, never launched) answers nothing."""
-        return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
-                           message=f"{instance.instance_id} is not running")
+    def _unanswered(self, instance: Instance, p: "NodeProfile | None", took: float) -> HostOutcome | None:
+        """UNREACHABLE for an instance that is not running (stopped, replaced, never launched) or a
+        host that never answers (after the transport's timeout, `took`); None for one that answers."""
+        if p is None:
+            return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
+                               message=f"{instance.instance_id} is not running")
+        if not p.reachable:
+            return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
+                               message=unreachable_message(p.who.private_ip), duration_s=took)
+        return None
 
     def configure(self, instances: Sequence[Instance]) -> StageResult:
         d = self.cloud.config.durations
@@ -45,11 +51,8 @@ class SimExecutor:
         hosts = {}
         for i in instances:
             p = self._profile(i)
-            if p is None:
-                hosts[i.slot] = self._gone(i)
-            elif not p.reachable:
-                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.UNREACHABLE,
-                                            message=unreachable_message(p.who.private_ip), duration_s=stage)
+            if (down := self._unanswered(i, p, stage)) is not None:
+                hosts[i.slot] = down
             elif p.fault == "configure-failed":
                 hosts[i.slot] = HostOutcome(
                     slot=i.slot, status=HostStatus.FAILED, task=CONFIGURE_FAILED_TASK,
@@ -69,11 +72,8 @@ class SimExecutor:
         hosts = {}
         for i in instances:
             p = self._profile(i)
-            if p is None:
-                hosts[i.slot] = self._gone(i)
-            elif not p.reachable:
-                hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.UNREACHABLE,
-                                            message=unreachable_message(p.who.private_ip), duration_s=stage)
+            if (down := self._unanswered(i, p, stage)) is not None:
+                hosts[i.slot] = down
             else:
                 c.writer.write(dest / i.slot, c.look(p), p.who, started)
                 hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.OK, duration_s=stage)
@@ -84,11 +84,8 @@ class SimExecutor:
         if action not in ("reset-gpu", "reboot"):
             raise ValueError(f"unknown remediation {action!r}; expected reset-gpu or reboot")
         p = self._profile(instance)
-        if p is None:
-            return self._gone(instance)
         took = d.reset if action == "reset-gpu" else d.reboot
-        if not p.reachable:
-            return HostOutcome(slot=instance.slot, status=HostStatus.UNREACHABLE,
-                               message=unreachable_message(p.who.private_ip), duration_s=took)
+        if (down := self._unanswered(instance, p, took)) is not None:
+            return down
         self.cloud.remedies.add(instance.instance_id, action)
         return HostOutcome(slot=instance.slot, status=HostStatus.OK, duration_s=took)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from infra.pool.sim import write_atomic  # temp file, fsync, rename, fsync of the folder
+
 LEDGER = "ledger.jsonl"
 REMEDIES = "remedies.json"
 PROGRAM = "program.json"
@@ -29,19 +31,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """tmp + fsync + rename + fsync(dir): a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
