@@ -20,8 +20,8 @@ stack's claim on it), then runs an `up --target` on the slot's URN: the program 
 slot again and the engine creates a new instance with the same name. Every step is safe to run
 again after a crash: the state is the truth, and a slot with no instance in it is just created.
 
-Stack operations are serialized by a lock: the orchestrator provisions the next batch in a
-worker thread while it replaces nodes of the current one, and Pulumi allows one update at a time.
+Updates are serialized by a lock: the orchestrator provisions the next batch in a worker thread
+while it replaces nodes of the current one, and Pulumi allows one update at a time.
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ class PulumiProvisioner:
             return new
 
     def inventory(self) -> Mapping[str, Instance]:
-        with self._lock:
-            return self._state_nodes()
+        """Read-only, so not serialized: `stack export` reads the last checkpoint, even mid-update."""
+        return self._state_nodes()
 
     # -- steps --------------------------------------------------------------------------------------
 
