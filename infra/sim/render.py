@@ -190,6 +190,13 @@ def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
     files[B.NVLINK_S] = "\n".join(out) + "\n"
     files[B.CONTAINER_GPUS] = "".join(f"{line}\n" for line in files[B.CONTAINER_GPUS].splitlines()
                                       if not line.startswith(f"GPU {BAD_GPU}:"))
+    doc = json.loads(files[B.DCGM_DIAG])  # DCGM diagnoses the GPUs NVML still lists
+    for category in doc["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            test["results"] = [r for r in test["results"] if r.get("entity_id") != BAD_GPU]
+    for group in doc["entity_groups"]:
+        group["entities"] = [e for e in group["entities"] if e.get("entity_id") != BAD_GPU]
+    files[B.DCGM_DIAG] = json.dumps(doc, indent=2)
 
 
 def _slow_links(text: str) -> str:

@@ -142,3 +142,21 @@ def test_multinode_output_has_the_real_2x_p5_shape(healthy_files):
     assert len(ranks) == 2 * cloud.sku.gpus
     assert all(cloud.launcher.cloud.ledger.current()[n].private_ip.replace(".", "-") in " ".join(ranks) for n in nodes)
     assert nccl_debug.parse_net(result.output).efa_used
+
+
+def test_a_gpu_off_the_bus_is_gone_from_every_listing(cloud_for, tmp_path):
+    cloud = cloud_for(make_spec(target_gpus=80, faults={"xid-79": 1}))
+    prov = cloud.provisioner.provision(len(cloud.plan.batches), cloud.plan.nodes)
+    slot = next(iter(cloud.truth().faulty))
+    cloud.executor.preflight([prov.instances[slot]], tmp_path)
+    b = B.read_bundle(tmp_path / slot)
+    seen = cloud.sku.gpus - 1
+    assert len(nvidia_smi.read_query_table(b.files[B.QUERY_GPU]).rows) == seen
+    assert len(nvidia_smi.parse_q(b.files[B.SMI_Q]).gpus) == seen
+    assert len(nvidia_smi.parse_nvlink_status(b.files[B.NVLINK_S]).gpus) == seen
+    assert len(b.files[B.CONTAINER_GPUS].splitlines()) == seen
+    doc = json.loads(b.files[B.DCGM_DIAG])
+    schema = json.loads(real("dcgm_diag_json_schema__dcgm4.x__NVIDIA_DCGM_testing.json"))
+    jsonschema.Draft7Validator(schema).validate(doc)
+    assert {r.gpu for r in dcgm.parse_diag(b.files[B.DCGM_DIAG]).results} == set(range(cloud.sku.gpus)) - {3}
+    assert [e.xid for e in kernel_log.parse_kernel_log(b.files[B.KERNEL_LOG]).xids] == [79]
