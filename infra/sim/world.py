@@ -170,9 +170,7 @@ def read_json(path: Path) -> Any:
     """A state file written by write_atomic; None when absent or unreadable (never half-written)."""
     try:
         return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError):  # absent, or damaged by hand: never trusted
         return None
 
 
@@ -182,13 +180,8 @@ def cache_key(*parts: str) -> str:
 
 def read_program_cache(path: Path, key: str) -> dict[str, dict[str, str]] | None:
     """The captured instances (slot -> {instance_id, private_ip}) when cached for this exact key."""
-    if not path.exists():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged cache is recaptured, never trusted
-    if doc.get("key") != key or not isinstance(doc.get("instances"), dict):
+    doc = read_json(path)  # absent or damaged: captured again
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("instances"), dict):
         return None
     return doc["instances"]
 
