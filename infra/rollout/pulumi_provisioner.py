@@ -95,7 +95,6 @@ class UpDigest:
 
     created: dict[str, Instance] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)  # URN ('' for the stack) -> messages
-    failed: set[str] = field(default_factory=set)  # URNs whose step failed
 
     def error_text(self) -> str:
         return "\n".join(m for ms in self.errors.values() for m in ms)
@@ -129,8 +128,6 @@ class EventCollector:
                 slot = node.slot if node is not None else logical_name(meta.urn)
                 if status == "done" and node is not None and meta.op.value in ("create", "replace", "create-replacement"):
                     self.digest.created[node.slot] = node
-            if status == "failed":
-                self.digest.failed.add(meta.urn)
             message = (" ".join(self.digest.errors.get(meta.urn, [])) or None) if status == "failed" else None
             self._progress(ProvisionProgress(urn=meta.urn, type=meta.type, op=meta.op.value, status=status,
                                              slot=slot, message=message))
