@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from fractions import Fraction
 
 from infra.catalog import InstanceType
 from infra.findings import Finding, error, info
@@ -44,7 +45,8 @@ def smallest_prefix(addresses: int) -> int:
 
 def subnet_budget(name: str, cidr: str, ips: int, headroom: float) -> SubnetBudget:
     size = ipaddress.IPv4Network(cidr).num_addresses
-    needed = math.ceil(ips * (1 + headroom)) + AWS_RESERVED_PER_SUBNET
+    # exact decimal arithmetic: 770 * 1.1 is 847.0000000000001 in floats, one address too many
+    needed = math.ceil(ips * (1 + Fraction(str(headroom)))) + AWS_RESERVED_PER_SUBNET
     return SubnetBudget(name=name, cidr=cidr, size=size, reserved=AWS_RESERVED_PER_SUBNET, needed=needed,
                         smallest_prefix=smallest_prefix(needed), fits=needed <= size)
 
