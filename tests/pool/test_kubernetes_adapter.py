@@ -286,3 +286,37 @@ def test_the_benchmark_runs_at_a_small_size():
     out = subprocess.run([sys.executable, str(root / "bench" / "bench_pool_kubernetes.py"), "20"], capture_output=True,
                          text=True, timeout=300, check=True).stdout
     assert "admit x20:" in out and "40 API calls" in out and "answered 500" in out
+
+
+def test_hand_edited_annotations_are_a_pool_error_naming_the_node(server, clock):
+    pool = make_pool(server, clock)
+    pool.register_pending([SLOT])
+    server.kube.nodes[NODE]["metadata"]["annotations"]["gpufleet.io/failures"] = "two"
+    with pytest.raises(PoolError, match=f"{SLOT.slot}.*unreadable gpufleet annotations"):
+        pool.state()
+
+
+def test_pool_for_reads_the_kubeconfig_context_named_after_the_cluster(tmp_path, monkeypatch, server):
+    import json as _json
+
+    from infra.pool.kubernetes.adapter import pool_for
+    from infra.spec import load_stack
+
+    spec = load_stack("prod")
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
+                  "clusters": [{"name": "c", "cluster": {"server": server.url}},
+                               {"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": spec.cluster.name, "context": {"cluster": "c", "user": "u"}},
+                               {"name": "other", "context": {"cluster": "x", "user": "u"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(_json.dumps(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    pool = pool_for(spec, None, "prod")
+    assert pool.partitions == {p.name for p in spec.partitions}
+    assert pool.failures_before_blacklist == spec.rollout.failures_before_blacklist
+    pool.register_pending([SLOT])  # reaches the fake server: the cluster's context, not the current one
+    assert pool.state().get(SLOT.slot).state is NodeState.PENDING
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(PoolError, match="no usable kubeconfig"):
+        pool_for(spec, None, "prod")

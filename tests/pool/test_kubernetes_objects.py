@@ -1,8 +1,9 @@
 """The Kubernetes pool's objects, as the real Pulumi program registers them under mocks (prod stack).
 
 Kueue objects are validated against the v0.19.2 CRD schemas copied into tests/fixtures/schemas
-(strictly: a field the schema does not declare fails, as the API server would silently prune it);
-core kinds against the Kubernetes OpenAPI schemas that `kubernetes-validate` ships (offline).
+(strictly: a field the schema does not declare fails, as the API server would silently prune it),
+including the CRDs' CEL rules (`x-kubernetes-validations`, evaluated with cel-python; transition
+rules that read `oldSelf` only apply to updates and are skipped); core kinds against the Kubernetes OpenAPI schemas that `kubernetes-validate` ships (offline).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -66,10 +68,45 @@ def strict(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class CelViolation(AssertionError):
+    pass
+
+
+@lru_cache(maxsize=None)
+def cel_program(rule: str):
+    env = celpy.Environment()
+    return env.program(env.compile(rule))
+
+
+def cel_violations(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    """Every CEL rule of the schema, evaluated where the object has a value, as the API server does on create."""
+    out = []
+    for check in schema.get("x-kubernetes-validations", []):
+        if "oldSelf" in check["rule"]:
+            continue
+        result = cel_program(check["rule"]).evaluate({"self": celpy.json_to_cel(value)})
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            out.append(f"{path or '<root>'}: {check.get('message', check['rule'])}")
+    if isinstance(value, dict):
+        extra = schema.get("additionalProperties")
+        for key, sub in value.items():
+            sub_schema = schema.get("properties", {}).get(key, extra if isinstance(extra, dict) else None)
+            if sub_schema is not None:
+                out += cel_violations(sub_schema, sub, f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, sub in enumerate(value):
+            out += cel_violations(schema["items"], sub, f"{path}[{i}]")
+    return out
+
+
 def validate_kueue(obj: dict[str, Any]) -> None:
     group, version = obj["apiVersion"].split("/")
     assert group == KUEUE_GROUP
-    jsonschema.Draft7Validator(crd_schema(obj["kind"], version)).validate(obj)
+    schema = crd_schema(obj["kind"], version)
+    jsonschema.Draft7Validator(schema).validate(obj)
+    violations = cel_violations(schema, obj)
+    if violations:
+        raise CelViolation("; ".join(violations))
 
 
 def k8s_objects(cap) -> list[dict[str, Any]]:
@@ -145,6 +182,22 @@ def test_the_validator_refuses_what_the_api_server_would_refuse_or_prune(objs):
     wpc["value"] = "high"
     with pytest.raises(jsonschema.ValidationError):
         validate_kueue(wpc)
+
+
+def test_the_crds_cel_rules_are_enforced(objs):
+    topology = copy.deepcopy(of_kind(objs, "Topology")[0])
+    topology["spec"]["levels"].reverse()  # hostname must be the lowest level
+    with pytest.raises(CelViolation, match="kubernetes.io/hostname label can only be used at the lowest level"):
+        validate_kueue(topology)
+    flavor = copy.deepcopy(of_kind(objs, "ResourceFlavor")[0])
+    flavor["spec"]["nodeLabels"] = {}
+    with pytest.raises(CelViolation, match="at least one nodeLabel is required when topology is set"):
+        validate_kueue(flavor)
+    cq = copy.deepcopy(of_kind(objs, "ClusterQueue")[0])
+    del cq["spec"]["cohortName"]
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] = 8
+    with pytest.raises(CelViolation, match="borrowingLimit must be nil when cohort is empty"):
+        validate_kueue(cq)
 
 
 def test_core_objects_are_valid_kubernetes_objects(prod, objs):

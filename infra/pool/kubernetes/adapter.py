@@ -13,6 +13,7 @@ released slot, and blacklisted slots whose instance is gone.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -353,13 +354,16 @@ def pool_for(spec: Any, project: Any, stack: str, *, launcher: Launcher | None =
     from infra.plan import build_plan
 
     plan = plan or build_plan(spec)
+    configuration = client.Configuration()
+    files = os.environ.get("KUBECONFIG") or None  # read now: the client reads it once, at import
     try:
-        contexts, _ = config.list_kube_config_contexts()
+        contexts, _ = config.list_kube_config_contexts(config_file=files)
         names = {c["name"] for c in contexts}
-        api_client = config.new_client_from_config(context=spec.cluster.name if spec.cluster.name in names else None)
+        config.load_kube_config(config_file=files, context=spec.cluster.name if spec.cluster.name in names else None,
+                                client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
         raise PoolError(f"no usable kubeconfig for stack {stack!r} ({exc}); write it with `pulumi stack output "
                         f"kubeconfig --show-secrets > ~/.kube/config` or set KUBECONFIG") from None
-    assert isinstance(api_client, client.ApiClient)
-    return KubernetesPool(KubeApi(api_client), partitions=[p.name for p in plan.partitions],
+    configuration.retries = False  # RetryPolicy retries, with backoff and a deadline; urllib3 would retry under it
+    return KubernetesPool(KubeApi(client.ApiClient(configuration)), partitions=[p.name for p in plan.partitions],
                           failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)

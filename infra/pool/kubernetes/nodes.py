@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from infra.errors import PoolError
 from infra.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, PENDING_TAINT_VALUE, QUARANTINE_TAINT,
                                  NodeState, PoolNode)
 
@@ -60,12 +61,16 @@ def decode(node: Mapping[str, Any]) -> PoolNode | None:
     slot = slot_of(node)
     if slot is None or STATE not in notes:
         return None
-    block = notes.get(BLOCK)
-    return PoolNode(slot=slot, state=NodeState(notes[STATE]), block=int(block) if block is not None else None,
-                    partition=notes.get(PARTITION),
+    try:
+        state, block, failures = NodeState(notes[STATE]), notes.get(BLOCK), int(notes.get(FAILURES, "0"))
+        block_id = int(block) if block is not None else None
+    except ValueError as exc:  # someone edited the annotations by hand
+        raise PoolError(f"Node {meta.get('name')} has unreadable gpufleet annotations ({exc}); fix or remove "
+                        f"them (`kubectl annotate node {meta.get('name')} {STATE}-`)", node=slot) from None
+    return PoolNode(slot=slot, state=state, block=block_id, partition=notes.get(PARTITION),
                     instance_id=notes.get(INSTANCE) or instance_from_provider_id((node.get("spec") or {}).get("providerID")),
                     reason_code=notes.get(REASON_CODE), reason=notes.get(REASON), record_digest=notes.get(DIGEST),
-                    failures=int(notes.get(FAILURES, "0")))
+                    failures=failures)
 
 
 def desired_annotations(new: PoolNode | None, summary: str | None) -> dict[str, str | None]:
