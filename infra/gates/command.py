@@ -56,6 +56,19 @@ def _expected_versions(stack: str | None, bom_file: Path | None, no_versions: bo
     return versions.expectations_by_os(bom, pool, only_os), pool, bom.digest()
 
 
+def _known_instance_type(bundle) -> None:
+    """A manifest naming an instance type the catalog does not know cannot be gated (exit 2)."""
+    from infra import catalog
+    from infra.gates.bundle import MANIFEST
+
+    it = bundle.manifest.instance_type
+    if it:
+        try:
+            catalog.get(it)
+        except KeyError as exc:
+            raise ConfigError(str(exc.args[0]), path=str(Path(bundle.path) / MANIFEST), field="instance_type") from None
+
+
 @click.command("gate")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--instance-type", default=None, help="Instance type (default: each manifest's, else p5.48xlarge).")
@@ -69,12 +82,14 @@ def _expected_versions(stack: str | None, bom_file: Path | None, no_versions: bo
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one admission record per node and junit.xml here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes that read and check bundles (default: one per CPU; 1: this process only).")
 def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file: Path | None, no_versions: bool,
-         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool) -> None:
+         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool, workers: int | None) -> None:
     """Gate every node bundle in DIRECTORY (raw tool outputs + manifest.json)."""
     from infra import catalog
     from infra.gates import bundle as B, junit
-    from infra.gates.evaluate import gate_cohort
+    from infra.gates.evaluate import gate_folders
     from infra.gates.settings import GateSettings
     from infra.gates.verdict import Action
 
@@ -90,21 +105,13 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
     if not folders:
         raise ConfigError("holds no node bundle (a folder with manifest.json or known bundle files)",
                           path=str(directory))
-    bundles = []
-    for f in folders:
-        try:
-            bundles.append(B.read_bundle(f))
-        except B.BundleError as exc:
-            raise ConfigError(str(exc), path=str(f)) from None
-    for b in bundles:
-        if b.manifest.instance_type and instance_type is None:
-            try:
-                catalog.get(b.manifest.instance_type)
-            except KeyError as exc:
-                raise ConfigError(str(exc.args[0]), path=str(Path(b.path) / B.MANIFEST), field="instance_type") from None
     base = GateSettings(expected_by_os=expected_by_os, pool=pool, bom_digest=digest, dcgm_level=dcgm_level,
                         expect_lustre=not no_lustre)
-    records = gate_cohort(bundles, base, instance_type)
+    try:
+        records = gate_folders(folders, base, instance_type, workers=workers,
+                               validate=None if instance_type else _known_instance_type)
+    except B.BundleError as exc:
+        raise ConfigError(str(exc)) from None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         for r in records:

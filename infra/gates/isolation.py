@@ -96,6 +96,8 @@ class _Runner:
         self.run_round, self.floor = run_round, floor
         self.rounds: list[tuple[Group, ...]] = []
         self.busbw: dict[str, float] = {}
+        self.proven: dict[tuple[str, str], None] = {}  # links that were neighbours in a passing group, in order
+        self.doubted: set[tuple[str, str]] = set()  # links of failing groups (one of them may be the fault)
 
     def __call__(self, groups: Sequence[Group]) -> list[bool]:
         flat = [n for g in groups for n in g]
@@ -107,6 +109,10 @@ class _Runner:
         self.rounds.append(tuple(groups))
         for g, v in zip(groups, values):
             self.busbw["+".join(g)] = v
+            if v >= self.floor:
+                self.proven.update(dict.fromkeys(ring_edges(g)))
+            else:
+                self.doubted.update(ring_edges(g))
         return [v >= self.floor for v in values]
 
 
@@ -114,17 +120,68 @@ def _key(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a <= b else (b, a)
 
 
+def ring_edges(group: Sequence[str]) -> list[tuple[str, str]]:
+    """The links a group exercises: its one pair, or every neighbour pair of the ring, closing edge included."""
+    n = len(group)
+    if n < 2:
+        return []
+    if n == 2:
+        return [_key(group[0], group[1])]
+    return [_key(group[i], group[(i + 1) % n]) for i in range(n)]
+
+
+def ring_avoids(group: Sequence[str], avoid: set[tuple[str, str]]) -> bool:
+    return not any(e in avoid for e in ring_edges(group))
+
+
 def arrange_ring(nodes: Sequence[str], avoid: set[tuple[str, str]]) -> Group:
-    """Order nodes so that known faulty links are not neighbours in the ring (greedy, best effort)."""
-    rest = list(nodes)
-    if not avoid or len(rest) < 3:
-        return tuple(rest)
-    order = [rest.pop(0)]
+    """Order nodes into a ring in which no known faulty link is a neighbour pair, closing edge included.
+
+    Why: a ring over a known-bad link fails for a reason already known and blames whoever is
+    tested next. Greedy first (usually enough), then 2-opt repair: for a bad edge (a, b) find a
+    later edge (c, d) with a-c and b-d both allowed and reverse b..c; each move removes the bad
+    edge without adding one, so it ends. Best effort: when no such ring exists (a triangle over a
+    bad link) the order with fewest bad edges is returned; `ring_avoids` tells the caller.
+    """
+    order = list(dict.fromkeys(nodes))
+    if not avoid or len(order) < 3:
+        return tuple(order)
+    rest = order[1:]
+    order = order[:1]
     while rest:
         nxt = next((c for c in rest if _key(order[-1], c) not in avoid), rest[0])
         rest.remove(nxt)
         order.append(nxt)
+    n = len(order)
+    for _ in range(n):
+        bad = next((i for i in range(n) if _key(order[i], order[(i + 1) % n]) in avoid), None)
+        if bad is None:
+            break
+        order = order[bad:] + order[:bad]  # the bad edge is now (order[0], order[1])
+        a, b = order[0], order[1]
+        j = next((j for j in range(2, n - 1)
+                  if _key(a, order[j]) not in avoid and _key(b, order[j + 1]) not in avoid), None)
+        if j is None:
+            break
+        order[1:j + 1] = reversed(order[1:j + 1])
     return tuple(order)
+
+
+def split_ring(group: Sequence[str], avoid: set[tuple[str, str]]) -> tuple[Group, Group]:
+    """Two halves of a group, each a ring without known faulty neighbours when that is possible.
+
+    Why arcs of one clean ring: their inner links are clean already, so only the two closing
+    edges need a rotation that suits them; arranging each half alone can strand a known-bad
+    link inside a half too small to avoid it (a triangle).
+    """
+    ring = arrange_ring(group, avoid)
+    n, mid = len(ring), len(ring) // 2
+    for r in range(n):
+        rot = ring[r:] + ring[:r]
+        a, b = rot[:mid], rot[mid:]
+        if ring_avoids(a, avoid) and ring_avoids(b, avoid):
+            return tuple(a), tuple(b)
+    return arrange_ring(ring[:mid], avoid), arrange_ring(ring[mid:], avoid)
 
 
 def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, floor: float,
@@ -246,23 +303,26 @@ def _bisect(nodes: list[str], admitted: list[str], run: _Runner, avoid: set[tupl
             min_good_failures: int, bisect_min: int) -> tuple[list[str], list[Group]]:
     """Halve failing groups (in parallel rounds) down to small groups, then test each of their
     nodes in 3-node rings with known-good companions; blame a node that fails with
-    `min_good_failures` different companion sets. Returns (blamed nodes, unexplained groups)."""
-    failing: list[list[str]] = [list(nodes)]
+    `min_good_failures` different companion pairs. Returns (blamed nodes, unexplained groups).
+
+    Why companions are a *proven pair* (two cleared nodes that were neighbours in a passing run,
+    or two admitted nodes) and never across a known faulty link: a triangle exercises all three
+    of its links, so a companion pair over a bad link fails for a reason that is not the suspect's.
+    """
+    failing: list[Group] = [tuple(nodes)]
     cleared: list[str] = list(admitted)
-    terminal: list[list[str]] = []
+    terminal: list[Group] = []
     faults: list[Group] = []
     while failing:
-        split: list[tuple[list[str], list[str], list[str]]] = []
+        split: list[tuple[Group, Group, Group]] = []
         for g in failing:
             if len(g) >= bisect_min:
-                mid = len(g) // 2
-                split.append((g, g[:mid], g[mid:]))
+                split.append((g, *split_ring(g, avoid)))
             else:
                 terminal.append(g)
         if not split:
             break
-        groups = [arrange_ring(h, avoid) for _, a, b in split for h in (a, b)]
-        oks = run(groups)
+        oks = run([h for _, a, b in split for h in (a, b)])
         failing = []
         for k, (parent, a, b) in enumerate(split):
             ok_a, ok_b = oks[2 * k], oks[2 * k + 1]
@@ -273,34 +333,115 @@ def _bisect(nodes: list[str], admitted: list[str], run: _Runner, avoid: set[tupl
                     failing.append(half)
             if ok_a and ok_b:
                 faults.append(tuple(parent))  # each half fine, the whole not: an interaction
+    blamed = _test_with_companions(terminal, cleared, admitted, run, avoid, min_good_failures)
+    faults.extend(tuple(g) for g in terminal if not any(n in blamed for n in g))
+    return blamed, faults
+
+
+def _test_with_companions(terminal: list[Group], cleared: list[str], admitted: list[str], run: _Runner,
+                          avoid: set[tuple[str, str]], min_good_failures: int) -> list[str]:
+    """Each suspect in 3-node rings with proven companion pairs, in parallel rounds, until it
+    passes once (exonerated) or fails with `min_good_failures` disjoint pairs (blamed).
+
+    Companion pairs are scarce when the cleared part is small (or every half failed); suspects
+    left without one share a ring with other suspects (and a cleared node when one is free)
+    instead, one from each of different failing groups where possible (a fault inside a group
+    then stays out of the ring). A shared ring that passes clears all its suspects, whose links
+    then serve as companion pairs; one that fails counts against nobody.
+    """
+    group_of = {n: k for k, g in enumerate(terminal) for n in g}
+    # round-robin over the failing groups, so that neighbours in this list come from different groups
+    suspects = [g[i] for i in range(max((len(g) for g in terminal), default=0)) for g in terminal if i < len(g)]
+    blocked = set(suspects)
+    usable = [c for c in dict.fromkeys(cleared) if c not in blocked]
+    admitted_pairs = [_key(a, b) for a, b in zip(admitted[::2], admitted[1::2])]
+    fails = {x: 0 for x in suspects}
+    shared_left = {x: min_good_failures for x in suspects}  # shared rings a suspect may still join
+    met: dict[str, set[str]] = {x: set() for x in suspects}  # companions a suspect was tested with
+    tried_shared: set[frozenset[str]] = {frozenset(g) for g in terminal}  # each of them failed already
+    tested: set[str] = set()
     blamed: list[str] = []
-    suspects = [n for g in terminal for n in g]
-    fails: dict[str, int] = {n: 0 for n in suspects}
-    used_sets: dict[str, set[str]] = {n: set() for n in suspects}
     pending = list(suspects)
-    exonerated: set[str] = set()
+
+    def allowed(*group: str) -> bool:
+        return ring_avoids(group, avoid)
+
+    def doubt(group: Group) -> tuple[int, int]:
+        """(links that sat in a failing group and never in a passing one, minus links proven): the
+        ring least likely to fail for a reason other than its suspect sorts first."""
+        edges = ring_edges(group)
+        return (sum(1 for e in edges if e in run.doubted and e not in run.proven),
+                -sum(1 for e in edges if e in run.proven))
+
     while pending:
-        free = [c for c in cleared if c not in set(suspects)]
-        groups: list[Group] = []
-        for x in pending:
-            comp = [c for c in free if c not in used_sets[x]][:2]
-            if len(comp) < 2:
+        usable_set = set(usable)
+        pairs = list(dict.fromkeys([e for e in run.proven if e[0] in usable_set and e[1] in usable_set]
+                                   + admitted_pairs))
+        used: set[str] = set()
+
+        def assign(candidates: list[str], taken: set[str]) -> list[Group]:
+            out = []
+            for x in candidates:
+                # never a companion met before: one bad link to it would count twice against x
+                pair = min((p for p in pairs if p[0] not in taken and p[1] not in taken and p[0] not in met[x]
+                            and p[1] not in met[x] and allowed(x, *p)), key=lambda p: doubt((x, *p)), default=None)
+                if pair is not None:
+                    taken.update((x, *pair))
+                    out.append((x, *pair))
+            return out
+
+        # suspects that failed a shared ring are tested alone first; fresh ones alone only when there
+        # are companions for all of them, else they share rings (more of them tested per round)
+        solo = assign([x for x in pending if x in tested], used)
+        fresh = [x for x in pending if x not in tested]
+        trial = set(used)
+        fresh_solo = assign(fresh, trial)
+        if len(fresh_solo) == len(fresh):
+            solo += fresh_solo
+            used = trial
+        for g in solo:
+            met[g[0]].update(g[1:])
+        shared: list[Group] = []
+        waiting = [x for x in pending if x not in used and shared_left[x] > 0]
+        waiting.sort(key=lambda x: x in tested)  # fresh suspects first
+        free = [c for c in usable if c not in used]
+        while len(waiting) >= 2:
+            x = waiting.pop(0)
+            group = min(((x, y, c) for y in waiting for c in free[:64] + [z for z in waiting if z != y]
+                         if allowed(x, y, c) and frozenset((x, y, c)) not in tried_shared),
+                        key=lambda g: (doubt(g)[0], sum(group_of.get(m) == group_of[x] for m in g[1:]), doubt(g)[1]),
+                        default=None)
+            if group is None:
                 continue
-            for c in comp:
-                free.remove(c)
-            used_sets[x].update(comp)
-            groups.append((x, *comp))
-        if not groups:
-            break
-        for g, ok in zip(groups, run(groups)):
+            tried_shared.add(frozenset(group))
+            for m in group:
+                if m in waiting:
+                    waiting.remove(m)
+                if m in free:
+                    free.remove(m)
+                if m in shared_left:
+                    shared_left[m] -= 1
+            shared.append(group)
+        in_shared = {m for g in shared for m in g}
+        late = assign([x for x in pending if x not in used and x not in in_shared], used | in_shared)
+        solo += late
+        for g in late:
+            met[g[0]].update(g[1:])
+        if not solo and not shared:
+            break  # no companions left: the suspect's group is escalated, nobody blamed
+        exonerated: set[str] = set()
+        tested.update(m for g in solo + shared for m in g if m in blocked)
+        results = run(solo + shared)
+        for g, ok in zip(solo, results):
             if ok:
                 exonerated.add(g[0])
             else:
                 fails[g[0]] += 1
                 if fails[g[0]] >= min_good_failures:
                     blamed.append(g[0])
+        for g, ok in zip(shared, results[len(solo):]):
+            if ok:
+                exonerated.update(m for m in g if m in blocked)
+        usable.extend(x for x in pending if x in exonerated)
         pending = [p for p in pending if p not in exonerated and p not in blamed]
-    for g in terminal:
-        if not any(n in blamed for n in g):
-            faults.append(tuple(g))
-    return blamed, faults
+    return blamed

@@ -22,6 +22,13 @@ def test_bench_gate_folder_tiny(tmp_path):
     assert n == 6 and read_s >= 0 and decide_s >= 0 and 0 <= q <= 6
 
 
+def test_bench_serial_vs_parallel_tiny(tmp_path):
+    b = _bench()
+    b.make_bundles(tmp_path, 70, fault_rate=0.2)  # over the parallel threshold
+    f = b.serial_vs_parallel(tmp_path, workers=2, repeat=1)  # asserts identical records itself
+    assert f["nodes"] == 70 and f["serial"] > 0 and f["parallel"] > 0 and f["speedup"] > 0
+
+
 def test_bench_isolation_tiny():
     f = _bench().isolation_vs_all_pairs(40, 2, 1)
     assert f["naive_runs"] == 780 and f["runs"] < f["naive_runs"] and f["rounds"] < f["naive_rounds"]
