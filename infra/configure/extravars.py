@@ -55,6 +55,7 @@ def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
         "container_runtime_toolkit_version": c.nvidia_container_toolkit.version,
         "container_runtime_write_containerd_config": os != "al2023",  # nodeadm owns it on EKS AL2023
         "lustre_client_version": pins.lustre_client,
+        "slurm_version": pins.slurm,
         "dcgm_version": c.dcgm.version,
         "dcgm_cuda_version": c.cuda.version,
     }

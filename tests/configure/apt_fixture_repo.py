@@ -53,6 +53,9 @@ def node_stack(bom: Bom, os_name: str, kernel: str) -> list[Pkg]:
         Pkg(f"datacenter-gpu-manager-{dcgm_major}-core", f"1:{c.dcgm.version}-1"),
         Pkg(f"datacenter-gpu-manager-{dcgm_major}-cuda12", f"1:{c.dcgm.version}-1"),
         Pkg("munge", "0.5.15-2gpufleet1"),
+        Pkg("slurmd", f"{o.slurm}-1gpufleet1"),
+        Pkg("slurm-client", f"{o.slurm}-1gpufleet1"),
+        Pkg("libpmix2", "5.0.1-4"),
         # an older driver too, so the pin (not "newest wins") is what picks the version
         Pkg(f"nvidia-driver-{br}-open", f"{br}.999.99-0ubuntu1"),
     ]

@@ -74,6 +74,9 @@ def node_stack(bom: Bom, os_name: str, plugin_dir: Path) -> list[Rpm]:
         Rpm("amazonlinux", "containerd", o.containerd, f"1.{DIST}.0.1"),
         Rpm("amazonlinux", "lustre-client", o.lustre_client, f"1.{DIST}"),
         Rpm("amazonlinux", "munge", "0.5.15", f"1.{DIST}.0.1"),
+        Rpm("amazonlinux", "slurm", o.slurm, "1"),  # stands in for the site's build of the BOM's pin
+        Rpm("amazonlinux", "slurm-slurmd", o.slurm, "1"),
+        Rpm("amazonlinux", "pmix", "4.2.9", "1"),
         # NVIDIA's CUDA repository (drivers carry epoch 3 there)
         Rpm("cuda", "nvidia-driver", drv, f"1.{DIST}", 3),
         Rpm("cuda", "nvidia-driver-cuda", drv, f"1.{DIST}", 3, {"usr/bin/nvidia-smi": FIXTURES / "nvidia-smi"}),
