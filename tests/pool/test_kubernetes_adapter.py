@@ -320,3 +320,50 @@ def test_pool_for_reads_the_kubeconfig_context_named_after_the_cluster(tmp_path,
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(PoolError, match="no usable kubeconfig"):
         pool_for(spec, None, "prod")
+
+
+def test_register_adds_the_gate_taint_a_node_joined_without(clock):
+    with FakeApiServer() as server:
+        server.kube.add_node(NODE, SLOT.slot, instance_id=SLOT.instance_id, taints=[FOREIGN])
+        before = server.kube.nodes[NODE]["metadata"]["resourceVersion"]
+        make_pool(server, clock).register_pending([SLOT])
+        (patch,) = server.kube.node_patches()
+        assert patch["metadata"]["resourceVersion"] == before
+        assert patch["spec"] == {"taints": [FOREIGN, GATE]}
+
+
+def test_blacklist_then_clear_send_these_patches(server, clock):
+    pool = make_pool(server, clock)
+    pool.register_pending([SLOT])
+    before = rv(server)
+    b = pool.blacklist(SLOT.slot, "rack power fault")
+    assert b.state is NodeState.BLACKLISTED
+    assert server.kube.node_patches()[-1] == {
+        "metadata": {"resourceVersion": before,
+                     "annotations": {"gpufleet.io/state": "blacklisted", "gpufleet.io/reason-code": "blacklisted",
+                                     "gpufleet.io/quarantine-reason": "rack power fault"}},
+        "spec": {"taints": [{"key": QUARANTINE_TAINT, "value": "blacklisted", "effect": "NoExecute"}],
+                 "unschedulable": True}}
+    before = rv(server)
+    c = pool.clear(SLOT.slot)
+    assert c.state is NodeState.PENDING and c.failures == 0
+    assert server.kube.node_patches()[-1] == {
+        "metadata": {"resourceVersion": before,
+                     "annotations": {"gpufleet.io/state": "pending", "gpufleet.io/reason-code": None,
+                                     "gpufleet.io/quarantine-reason": None}},
+        "spec": {"taints": [GATE], "unschedulable": False}}
+
+
+def test_release_keeps_the_failures_in_the_ledger_and_gates_the_node(server, clock):
+    pool = make_pool(server, clock)
+    pool.register_pending([SLOT])
+    pool.quarantine(SLOT.slot, "efa-missing", "EFA device 2 missing")
+    pool.release(SLOT.slot)
+    ledger = server.kube.configmaps[("gpufleet-system", "gpufleet-slot-ledger")]
+    assert ledger["data"] == {SLOT.slot: '{"failures": 1}'}
+    node = server.kube.nodes[NODE]
+    assert not any(k.startswith("gpufleet.io/") for k in node["metadata"]["annotations"])
+    assert node["spec"]["taints"] == [GATE] and node["spec"]["unschedulable"] is False
+    pool.register_pending([SLOT])
+    assert pool.state().get(SLOT.slot).failures == 1
+    assert server.kube.configmaps[("gpufleet-system", "gpufleet-slot-ledger")]["data"] == {}

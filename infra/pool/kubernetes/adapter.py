@@ -50,6 +50,8 @@ class KubernetesPool:
     # --- the port ---------------------------------------------------------------------------
 
     def register_pending(self, nodes: Sequence[PendingNode]) -> None:
+        if not nodes:
+            return
         for n in nodes:
             if n.partition is not None and n.partition not in self.partitions:
                 raise PoolError(f"partition {n.partition!r} is not in this pool (it has "
@@ -166,8 +168,8 @@ class KubernetesPool:
             node = None
             now = kn.decode(obj) if obj is not None else None
             new = step(now)
-            if obj is None:  # transitions refuse unknown slots; here for type narrowing only
-                raise PoolError("not in the pool", node=slot)
+            if obj is None:  # only a registration gets here: its Node went away since it was listed
+                raise PoolError(f"no Kubernetes Node carries the label {kn.SLOT_LABEL}={slot} any more", node=slot)
             patch = kn.patch_for(obj, new, summary)
             if patch is not None:
                 try:
