@@ -1,0 +1,81 @@
+"""Write a report in several formats at once, each file atomically.
+
+Why render everything before writing anything: a report that fails to render in one format
+must not leave the other formats of a new run next to the stale files of the last one. Why
+temp + rename: a CI step uploading `reports/<stack>/` while a rollout rewrites it must see either
+the old file or the new one, never half of one. Callers pass `Project.reports_dir(stack)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from pydantic import BaseModel
+
+from infra.errors import ConfigError
+from infra.reports.document import Document
+from infra.reports.render import html, junit, markdown
+
+FORMATS = ("json", "md", "xml", "html")
+SUFFIX = {"json": ".json", "md": ".md", "xml": "-junit.xml", "html": ".html"}
+"""File name after the basename: `rollout.json`, `rollout.md`, `rollout-junit.xml`, `rollout.html`."""
+
+Source = BaseModel | Sequence[BaseModel]
+
+
+def source_json(source: Source) -> str:
+    """The source model's own JSON (the versioned truth); a sequence of models as a JSON array."""
+    if isinstance(source, BaseModel):
+        return source.model_dump_json(indent=2) + "\n"
+    return json.dumps([m.model_dump(mode="json") for m in source], indent=2) + "\n"
+
+
+_RENDERERS: dict[str, Callable[[Document], str]] = {
+    "md": markdown.render, "xml": junit.render, "html": html.render,
+}
+
+
+def render_all(document: Document, source: Source, formats: Iterable[str]) -> dict[str, str]:
+    """Format -> text for each requested format; ConfigError naming an unknown one."""
+    wanted = list(dict.fromkeys(formats))
+    unknown = [f for f in wanted if f not in SUFFIX]
+    if unknown:
+        raise ConfigError(f"unknown report format(s) {', '.join(unknown)}", field="formats",
+                          expected="any of " + ", ".join(FORMATS))
+    return {f: source_json(source) if f == "json" else _RENDERERS[f](document) for f in wanted}
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(document: Document, source: Source, out_dir: Path, basename: str,
+                 formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+    """Render `document` (and `source` for JSON) in `formats`, then write `out_dir/basename*`.
+
+    Returns format -> path written.
+    """
+    if not basename or "/" in basename or basename.startswith("."):
+        raise ConfigError(f"bad report name {basename!r}", field="basename", expected="a plain file name stem")
+    texts = render_all(document, source, formats)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for fmt, text in texts.items():
+        path = out_dir / f"{basename}{SUFFIX[fmt]}"
+        atomic_write(path, text)
+        written[fmt] = path
+    return written
