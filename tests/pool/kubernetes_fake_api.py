@@ -228,6 +228,21 @@ def _status(code: int, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}
 
 
+class FakeTime:
+    """A clock that moves only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
 class FakeApiServer:
     """Serves a FakeKube on 127.0.0.1 (a free port) in a thread; `api_client()` talks to it."""
 

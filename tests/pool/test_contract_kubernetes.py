@@ -14,25 +14,10 @@ from infra.pool.protocol import PendingNode
 
 from . import contract
 from .fakes import RecordingLauncher
-from .kubernetes_fake_api import FakeApiServer, api_client_for
+from .kubernetes_fake_api import FakeApiServer, FakeTime, api_client_for
 
 SLOTS = [PendingNode(slot=f"ct-b{i // 2:04d}-n{i:05d}", block=i // 2, partition="train" if i < 4 else "debug",
                      instance_id=f"i-{i:017x}") for i in range(6)]
-
-
-class FakeTime:
-    """A clock that moves only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def clock(self) -> float:
-        return self.now
 
 
 def policy(deadline_s: float = 30.0) -> RetryPolicy:

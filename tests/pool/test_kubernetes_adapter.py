@@ -19,8 +19,7 @@ from infra.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, QUARA
                                  record_digest, record_summary)
 
 from . import contract
-from .kubernetes_fake_api import FakeApiServer, merge_patch, parse_selector
-from .test_contract_kubernetes import FakeTime
+from .kubernetes_fake_api import FakeApiServer, FakeTime, merge_patch, parse_selector
 
 NODE = "ip-10-64-0-10.us-east-2.compute.internal"
 SLOT = PendingNode(slot="prod-b0000-n00000", block=0, partition="train", instance_id="i-0aaaaaaaaaaaaaaaa")
