@@ -191,6 +191,12 @@ from infra.rollout.command import rollout as _rollout_command  # noqa: E402
 main.add_command(_rollout_command)
 from infra.pool.command import pool as _pool_command  # noqa: E402
 main.add_command(_pool_command)
+from infra.reports.drift_command import drift as _drift_command  # noqa: E402
+main.add_command(_drift_command)
+from infra.reports.audit_command import audit as _audit_command  # noqa: E402
+main.add_command(_audit_command)
+from infra.sim.drift_command import sim as _sim_command  # noqa: E402
+main.add_command(_sim_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -227,6 +227,8 @@ class GatesConfig(_Model):
     multi_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
     cohort_outlier_fraction: float = Field(default=0.1, gt=0, lt=1)
     baseline_message_bytes: int = Field(default=16 * 2**30, ge=2**20)
+    # `gpufleet drift`: a baseline more than this fraction below the median of its history regresses
+    drift_regression_fraction: float = Field(default=0.05, gt=0, lt=1)
 
 
 class PoolConfig(_Model):
