@@ -7,6 +7,7 @@ missing file must become an explicit REMEDIATE ("not collected", retest once), n
 
 from __future__ import annotations
 
+import functools
 import re
 from functools import cached_property
 from typing import Callable
@@ -14,13 +15,14 @@ from typing import Callable
 from infra.gates import baseline, bundle as B, versions, xid as xid_rules
 from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
-from infra.gates.parsers.common import absent_command, missing_tool, strip_unit, to_int, yes_no
+from infra.gates.parsers.common import absent_command, first_line, missing_tool, strip_unit, to_int, yes_no
 from infra.gates.settings import GateSettings
 from infra.gates.verdict import CheckResult, Verdict, check_result
 
 P, W, R, Q = Verdict.PASS, Verdict.WARN, Verdict.REMEDIATE, Verdict.QUARANTINE
 
 
+@functools.cache
 def ref(n: int | str) -> str:
     return f"gates-research.md (a) #{n}"
 
@@ -579,7 +581,7 @@ def check_fabric_manager(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]
         return [absent]
     state = system.parse_systemctl_is_active(text)
     if state != "active":
-        shown = state if state in system.SYSTEMCTL_STATES else (text.strip().splitlines() or ["no output"])[0][:200]
+        shown = state if state in system.SYSTEMCTL_STATES else (first_line(text) or "no output")[:200]
         return [_r(cid, sev, shown, "active", R, "fabricmanager-inactive",
                    "nvidia-fabricmanager is not active; restart it and retest (CUDA init fails with 802 without it)",
                    rref)]
@@ -742,7 +744,7 @@ def check_container(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         return [absent]
     n = len(system.parse_nvidia_smi_l(text).gpus)
     if n != s.sku.gpus:
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        first = first_line(text)
         shown = f"{n}; rc={ev.bundle.get(B.CONTAINER_GPUS).exit_code}: {first[:200]}" if n == 0 and first else n
         return [_r(cid, sev, shown, s.sku.gpus, R, "container-gpus", f"a container sees {n} of {s.sku.gpus} GPUs",
                    rref)]

@@ -20,6 +20,7 @@ Comparison kinds:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -233,6 +234,7 @@ def node_os(os_release: str) -> str | None:
     return _OS_NAMES.get((ident, version or ""), f"{ident}-{version}" if version else ident)
 
 
+@functools.lru_cache(maxsize=1024)
 def expected_text(key: str, expected: str) -> str:
     """The expectation as an operator reads it ('12.8 (release of 12.8.1)')."""
     kind = BY_KEY[key].compare if key in BY_KEY else "prefix"

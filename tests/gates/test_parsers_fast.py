@@ -75,6 +75,7 @@ LSPCI = _texts(("lspci",), synth.lspci) + ["00:05.0 Ethernet controller: Amazon.
 def test_fi_info_matches_reference(i):
     for k, t in enumerate(_mutations(FI[i], i)):
         assert efa.parse_fi_info(t) == ref.parse_fi_info(t), (i, k)
+        assert efa.parse_fi_info.uncached(t) == ref.parse_fi_info(t), (i, k)
 
 
 @pytest.mark.parametrize("i", range(len(NVL)))
@@ -88,6 +89,7 @@ def test_nvlink_matches_reference(i):
 def test_lspci_matches_reference(i):
     for k, t in enumerate(_mutations(LSPCI[i], i)):
         assert efa.parse_lspci(t) == ref.parse_lspci(t), (i, k)
+        assert efa.parse_lspci.uncached(t) == ref.parse_lspci(t), (i, k)
 
 
 VALUES = ["", " ", "0", "-1", "1.5", "81559 MiB", "700.00 W", " 41 ", "0x1F", "0x0000000000000001", "1e3", "inf",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from infra.gates.parsers.common import ParseModel, plain_lines
+from infra.gates.parsers.common import ParseModel, plain_lines, shared_by_text
 
 _FI_ERR = re.compile(r"fi_getinfo:\s*(-?\d+)")
 EFA_EMPTY = "provider efa output empty list"  # libfabric: the efa provider found no device
@@ -72,6 +72,7 @@ def _wanted_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+@shared_by_text
 def parse_fi_info(text: str) -> FiInfo:
     r"""Blocks start at `provider:`; within a block the first `domain:` and `type:` count.
 
@@ -129,6 +130,7 @@ class Lspci(ParseModel):
     addresses: tuple[str, ...] = ()
 
 
+@shared_by_text
 def parse_lspci(text: str) -> Lspci:
     if text.isascii():
         # For ASCII text, IGNORECASE 'Elastic Fabric Adapter' is a lower-case substring test; only

@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 import re
 
-from infra.gates.parsers.common import (ERROR_SENTINELS, NA_SENTINELS, ParseModel, plain_lines, strip_unit, to_float,
-                                        to_int, yes_no)
+from infra.gates.parsers.common import (ERROR_SENTINELS, NA_SENTINELS, ParseModel, plain_lines, shared_by_text,
+                                        strip_unit, to_float, to_int, yes_no)
 
 # ---------------------------------------------------------------- --query-gpu / --query-remapped-rows
 
@@ -379,6 +379,7 @@ _TOPO_HEADER = re.compile(r"^\s+GPU0\b")
 _TOPO_DEVICE = re.compile(r"^(GPU|NIC|mlx|efa|rdmap)\S*\d+$")
 
 
+@shared_by_text
 def parse_topo(text: str) -> Topology:
     lines = text.splitlines()
     if "\x1b" in text:  # underline escapes around the header

@@ -11,7 +11,7 @@ import json
 import re
 
 from infra.gates import versions
-from infra.gates.parsers.common import ParseModel
+from infra.gates.parsers.common import ParseModel, shared_by_text
 
 
 # what `systemctl is-active` prints (systemctl(1)); anything else is an error message, not a state
@@ -74,6 +74,7 @@ class Versions(ParseModel):
     problems: tuple[str, ...] = ()
 
 
+@shared_by_text
 def parse_versions(text: str) -> Versions:
     """versions.json: key -> raw output, or key -> {"output": raw, "exit_code": rc} (preflight.yml).
 
