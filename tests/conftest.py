@@ -15,13 +15,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED = PROJECT_ROOT.parent / "shared"
 
 
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: the shared fixtures and schemas are not laid beside this checkout")
-    return SHARED
-
-
 STACKS = available_stacks()
 NODEADM_CRD = SHARED / "schemas" / "nodeadm" / "node.eks.aws_nodeconfigs.yaml"
 _captures: dict[str, Capture] = {}
