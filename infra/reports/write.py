@@ -8,13 +8,12 @@ the old file or the new one, never half of one. Callers pass `Project.reports_di
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SerializeAsAny, TypeAdapter
 
 from infra.errors import ConfigError
 from infra.reports.document import Document
@@ -25,13 +24,14 @@ SUFFIX = {"json": ".json", "md": ".md", "xml": "-junit.xml", "html": ".html"}
 """File name after the basename: `rollout.json`, `rollout.md`, `rollout-junit.xml`, `rollout.html`."""
 
 Source = BaseModel | Sequence[BaseModel]
+_MODELS = TypeAdapter(list[SerializeAsAny[BaseModel]])  # each item by its own class, in pydantic's Rust core
 
 
 def source_json(source: Source) -> str:
     """The source model's own JSON (the versioned truth); a sequence of models as a JSON array."""
     if isinstance(source, BaseModel):
         return source.model_dump_json(indent=2) + "\n"
-    return json.dumps([m.model_dump(mode="json") for m in source], indent=2) + "\n"
+    return _MODELS.dump_json(list(source), indent=2).decode("utf-8") + "\n"
 
 
 _RENDERERS: dict[str, Callable[[Document], str]] = {

@@ -56,20 +56,23 @@ def _open(width: float, height: float, title: str, desc: str, uid: str, css_clas
             f'<title id="{uid}-t">{esc(title)}</title>', f'<desc id="{uid}-d">{esc(desc)}</desc>']
 
 
-def _nice_max(v: float) -> float:
-    """A round axis maximum at or above v (1, 2, 2.5, 5 x 10^k)."""
-    if v <= 0:
+def _nice_step(span: float) -> float:
+    """A round tick step at or above span (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k)."""
+    if span <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if m * exp >= v:
-            return m * exp
-    return 10 * exp
+    exp = 10 ** math.floor(math.log10(span))
+    return next(m * exp for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * exp >= span * (1 - 1e-12))
 
 
-def _y_axis(lines: list[str], left: float, top: float, height: float, vmax: float, unit: str, width: float) -> None:
+def _nice_max(v: float) -> float:
+    """A round axis maximum at or above v, divisible into four round ticks."""
+    return 4 * _nice_step(v / 4) if v > 0 else 1.0
+
+
+def _y_axis(lines: list[str], left: float, top: float, height: float, vmax: float, unit: str, width: float,
+            vmin: float = 0.0) -> None:
     for i in range(5):
-        v = vmax * i / 4
+        v = vmin + (vmax - vmin) * i / 4
         y = top + height - height * i / 4
         lines.append(f'<line class="grid" x1="{left}" x2="{left + width:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#e5e5e5"/>')
@@ -175,9 +178,14 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
     labelled = k == 1 and max(nr, nc) <= 40
     left = 130.0 if labelled else 40.0
     top = 110.0 if labelled else 30.0
-    width, height = left + gc * cell + 20, top + gr * cell + 40
-    values = [c.value for c in chart.cells]
+    # the colour scale spans the passing cells: one failing outlier would wash the others out
+    values = [c.value for c in chart.cells if chart.floor is None or c.value >= chart.floor]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    legend = [("low", LOW, "below the floor")] if chart.floor is not None else []
+    legend += [("min", _blend(0.0), f"{value_in(lo, chart.unit)}"), ("max", _blend(1.0), f"{value_in(hi, chart.unit)}"),
+               ("unmeasured", f"url(#{uid}-hatch)", "not measured")]
+    legend_w = sum(24 + 7 * len(text) for _, _, text in legend)
+    width, height = max(left + gc * cell, left + legend_w) + 20, top + gr * cell + 40
     lines = _open(width, height, chart.title, desc, uid, "heat-map")
     lines.append(f'<defs><pattern id="{uid}-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
                  f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f4f4f4"/>'
@@ -192,7 +200,7 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
     for (r, c), vs in sorted(blocks.items()):
         v = min(vs)
         failing = chart.floor is not None and v < chart.floor
-        fill = LOW if failing else _blend((v - lo) / (hi - lo) if hi > lo else 1.0)
+        fill = LOW if failing else _blend(min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0)
         row, col = span(chart.row_labels, r), span(chart.col_labels, c)
         what = f"lowest of {number(len(vs))} measured: " if k > 1 else ""
         lines.append(f'<rect class="cell {"low" if failing else "ok"}" x="{left + c * cell:.1f}" '
@@ -208,12 +216,11 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
             lines.append(f'<text x="{x:.1f}" y="{top - 4}" transform="rotate(-60 {x:.1f} {top - 4})">'
                          f'{esc(name[:20])}</text>')
     legend_y = top + gr * cell + 16
-    legend = [("low", LOW, "below the floor")] if chart.floor is not None else []
-    legend += [("min", _blend(0.0), f"{value_in(lo, chart.unit)}"), ("max", _blend(1.0), f"{value_in(hi, chart.unit)}")]
     x = left
     for key, colour, text in legend:
         lines.append(f'<rect class="legend" data-key="{key}" x="{x:.1f}" y="{legend_y - 9:.1f}" width="10" '
-                     f'height="10" fill="{colour}"/><text x="{x + 14:.1f}" y="{legend_y:.1f}">{esc(text)}</text>')
+                     f'height="10" fill="{colour}" stroke="#999" stroke-width="0.5"/>'
+                     f'<text x="{x + 14:.1f}" y="{legend_y:.1f}">{esc(text)}</text>')
         x += 24 + 7 * len(text)
     lines.append("</svg>")
     notes = ()
@@ -241,7 +248,7 @@ def timeline(chart: Timeline, uid: str, desc: str) -> Svg:
     scale = plot_w / max(t1 - t0, 1e-9)
     legend_rows = math.ceil(len(stages) / 6)
     height = top + len(lanes) * row + 30 + legend_rows * 16
-    lines = _open(left + plot_w + 20, height, chart.title, desc, uid, "timeline")
+    lines = _open(left + plot_w + 50, height, chart.title, desc, uid, "timeline")
     lane_index = {name: i for i, name in enumerate(lanes)}
     for t in _time_ticks(t0, t1):
         x = left + (t - t0) * scale
@@ -314,26 +321,42 @@ def distribution(chart: Distribution, uid: str, desc: str) -> Svg:
 # ------------------------------------------------------------------ line history
 
 
+def _range(values: list[float]) -> tuple[float, float]:
+    """A y range around the values on round ticks, not from zero: history lines differ by a few
+    percent, and a regression of 10% must show as a drop, not as a flat line near the top."""
+    if not values:
+        return 0.0, 1.0
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.15 or abs(hi) * 0.05 or 1.0
+    step = _nice_step((hi - lo + 2 * pad) / 4)
+    vmin = math.floor((lo - pad) / step) * step
+    if lo >= 0 > vmin:
+        vmin = 0.0
+    while vmin + 4 * step < hi + pad * 0.5:
+        step = _nice_step(step * 1.01)
+    return vmin, vmin + 4 * step
+
+
 def line_history(chart: LineHistory, uid: str, desc: str) -> Svg:
     left, top, plot_w, plot_h = 64.0, 12.0, 640.0, 200.0
     runs = max(len(chart.runs), 1)
     values = [v for s in chart.series for v in s.values if v is not None]
-    vmax = _nice_max(max(values + ([chart.floor] if chart.floor is not None else []), default=1.0) * 1.05)
+    vmin, vmax = _range(values + ([chart.floor] if chart.floor is not None else []))
     legend_rows = math.ceil(min(len(chart.series), 24) / 4)
     height = top + plot_h + 40 + legend_rows * 16
     lines = _open(left + plot_w + 30, height, chart.title, desc, uid, "line-history")
-    _y_axis(lines, left, top, plot_h, vmax, chart.unit, plot_w)
+    _y_axis(lines, left, top, plot_h, vmax, chart.unit, plot_w, vmin)
 
     def x_of(i: int) -> float:
         return left + (plot_w * i / (runs - 1) if runs > 1 else plot_w / 2)
 
     def y_of(v: float) -> float:
-        return top + plot_h - plot_h * max(v, 0.0) / vmax
+        return top + plot_h - plot_h * (v - vmin) / (vmax - vmin)
 
     label_every = max(1, math.ceil(runs / 10))
     for i, run in enumerate(chart.runs):
         if i % label_every == 0 or i == runs - 1:
-            lines.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 14:.1f}" text-anchor="middle">'
+            lines.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 18:.1f}" text-anchor="middle">'
                          f'{esc(run[:14])}</text>')
     if chart.floor is not None:
         y = y_of(chart.floor)
