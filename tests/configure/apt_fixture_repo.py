@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import configure_host
+from infra import catalog
 from infra.bom import Bom
+from infra.configure.extravars import LustreMount, configure_extravars
 
 FIXTURES = configure_host.FIXTURES
 REPO_IN_ROOT = "srv/gpufleet-repo"
+FSX = LustreMount("fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", "abcdefgh", "/fsx")
 
 
 @dataclass
@@ -100,17 +103,43 @@ def efa_installer_tarball(bom: Bom, dest: Path, work: Path) -> Path:
                                                 FIXTURES / "efa_installed_packages")
 
 
-def install_into(root: Path, bom: Bom, os_name: str, work: Path) -> None:
-    """Put the repo and the installer into `root`, and make it the only apt source."""
-    repo = root / REPO_IN_ROOT
+def build_repo(bom: Bom, os_name: str, repo: Path, work: Path) -> Path:
+    """The flat repository (dummy packages, Packages index, EFA installer tarball) in `repo`."""
     repo.mkdir(parents=True)
     for pkg in node_stack(bom, os_name, os.uname().release):
         build_deb(pkg, repo, work)
     write_packages_index(repo)
     efa_installer_tarball(bom, repo, work)
+    return repo
+
+
+def install_into(root: Path, bom: Bom, os_name: str, work: Path, prebuilt: Path | None = None) -> None:
+    """Put the repo (built here, or a copy of `prebuilt`) and the installer into `root`, and make it
+    the only apt source."""
+    repo = root / REPO_IN_ROOT
+    if prebuilt is None:
+        build_repo(bom, os_name, repo, work)
+    else:
+        shutil.copytree(prebuilt, repo)
     for src in (root / "etc/apt/sources.list", root / "etc/apt/sources.list.d/debian.sources"):
         src.unlink(missing_ok=True)
     # stands in for the distribution archive a real node has (munge comes from there)
     (root / "etc/apt/sources.list.d/distro.list").write_text(f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./\n")
     configure_host.apt_get("update", "-q", root=root)
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")
+
+
+def local_site_vars(bom: Bom, os_name: str, instance_type: str = "p5.48xlarge") -> dict:
+    """site.yml's extravars for a node whose only package source is this repo (no vendor keys)."""
+    ev = configure_extravars(bom, os_name, catalog.get(instance_type), lustre=FSX,
+                             munge_secret_id="gpufleet/dev/munge", region="us-east-1",
+                             live=False, enable_services=False)
+    local = f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./"
+    ev |= {
+        "nvidia_driver_apt_source": local, "nvidia_driver_repo_key_url": "",
+        "container_runtime_apt_source": local, "container_runtime_repo_key_url": "",
+        "lustre_client_apt_source": local, "lustre_client_repo_key_url": "",
+        "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
+        "container_runtime_generate_cdi": True,
+    }
+    return ev

@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from apt_fixture_repo import REPO_IN_ROOT, install_into
+from apt_fixture_repo import FSX, install_into, local_site_vars
 from configure_host import Overlay, chroot, converge
-from infra import catalog
 from infra.bom import load_bom
-from infra.configure.extravars import LustreMount, configure_extravars
 from infra.configure.inventory import Node
 from infra.configure.nccl_env import nccl_env_for
 from infra.configure.runner import AnsibleConfigurator, Verdict
@@ -26,22 +24,6 @@ pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
 OS = "ubuntu-22.04"
 CANARY = "gpufleet-canary-7f3a9c1e5b2d4086-munge-key"
-FSX = LustreMount("fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", "abcdefgh", "/fsx")
-
-
-def _extravars(bom):
-    ev = configure_extravars(bom, OS, catalog.get("p5.48xlarge"), lustre=FSX,
-                             munge_secret_id="gpufleet/dev/munge", region="us-east-1",
-                             live=False, enable_services=False)
-    local = f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./"
-    ev |= {
-        "nvidia_driver_apt_source": local, "nvidia_driver_repo_key_url": "",
-        "container_runtime_apt_source": local, "container_runtime_repo_key_url": "",
-        "lustre_client_apt_source": local, "lustre_client_repo_key_url": "",
-        "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
-        "container_runtime_generate_cdi": True,
-    }
-    return ev
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +39,7 @@ def applied(base_rootfs, collections_dir, tmp_path_factory):
             assert not (root / "usr/bin" / stub).exists()
         conf = AnsibleConfigurator(tmp / "state", collections=collections_dir)
         nodes = [Node(slot="chroot-n1", address=str(root), groups=("slurm",))]
-        runs = converge(conf, nodes, _extravars(bom), root, _snapshot)
+        runs = converge(conf, nodes, local_site_vars(bom, OS), root, _snapshot)
         yield {"root": root, "bom": bom, "state": tmp / "state", **runs}
     finally:
         ov.close()
