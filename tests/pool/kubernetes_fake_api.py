@@ -50,6 +50,19 @@ def parse_selector(text: str) -> list[Callable[[dict[str, str]], bool]]:
     return terms
 
 
+def parse_field_selector(text: str) -> list[Callable[[dict[str, Any]], bool]]:
+    """Field selectors: `a.b=v`, `a.b==v`, `a.b!=v`, comma-joined (dotted paths into the object)."""
+    def value(obj: dict[str, Any], path: str) -> str:
+        for part in path.split("."):
+            obj = obj.get(part) if isinstance(obj, dict) else None  # type: ignore[assignment]
+        return "" if obj is None else str(obj)
+    terms = []
+    for term in filter(None, text.split(",")):
+        path, op, want = re.match(r"([A-Za-z.]+)\s*(!=|==|=)\s*(.*)", term).groups()  # type: ignore[union-attr]
+        terms.append(lambda obj, p=path, w=want, eq=op != "!=": (value(obj, p) == w) == eq)
+    return terms
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null removes, anything else (lists too) replaces."""
     if not isinstance(patch, dict):
@@ -155,6 +168,9 @@ class FakeKube:
                 return 200, self.nodes[name], {}
             if method == "PATCH":
                 return self._patch(self.nodes, name, path, headers, body)
+        if parts == ["api", "v1", "pods"] and method == "GET":
+            fields = parse_field_selector(query.get("fieldSelector", ""))
+            return self._list([p for p in self.pods.values() if all(f(p) for f in fields)], query)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5:
             ns, kind = parts[3], parts[4]
             if kind == "configmaps":

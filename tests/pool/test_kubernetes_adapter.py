@@ -366,3 +366,19 @@ def test_release_keeps_the_failures_in_the_ledger_and_gates_the_node(server, clo
     pool.register_pending([SLOT])
     assert pool.state().get(SLOT.slot).failures == 1
     assert server.kube.configmaps[("gpufleet-system", "gpufleet-slot-ledger")]["data"] == {}
+
+
+def test_a_node_is_busy_while_a_pod_holds_its_gpus(server, clock):
+    pool = make_pool(server, clock)
+    pool.register_pending([SLOT])
+    pool.admit(SLOT.slot, good_record())
+
+    def pod(name: str, phase: str, gpus: int) -> dict:
+        res = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {"requests": {"cpu": "10m"}}
+        return {"metadata": {"name": name, "namespace": "train"},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "resources": res}]}, "status": {"phase": phase}}
+    server.kube.pods[("kube-system", "nvidia-device-plugin-x")] = pod("nvidia-device-plugin-x", "Running", 0)
+    server.kube.pods[("train", "done")] = pod("done", "Succeeded", 8)
+    assert pool.state().get(SLOT.slot).busy is False  # a DaemonSet pod and a finished job hold nothing
+    server.kube.pods[("train", "trainer-0")] = pod("trainer-0", "Running", 8)
+    assert pool.state().get(SLOT.slot).busy is True

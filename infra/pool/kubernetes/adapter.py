@@ -114,12 +114,15 @@ class KubernetesPool:
         self._apply(slot, lambda current: transitions.release(current, slot), node=obj)
 
     def state(self) -> PoolState:
+        """Every registered slot; `busy` where a pod holds the Node's GPUs (one pod list for all nodes)."""
         found = self._by_slot(self.api.list_nodes(kn.SLOT_LABEL))
+        busy = {name for name in map(kn.holds_gpus, self.api.pods_holding_nodes()) if name}
         out: dict[str, PoolNode] = {}
         for slot, objs in found.items():
-            registered = [n for n in (kn.decode(o) for o in _newest_first(objs)) if n is not None]
+            registered = [(o, n) for o, n in ((o, kn.decode(o)) for o in _newest_first(objs)) if n is not None]
             if registered:
-                out[slot] = registered[0]
+                obj, node = registered[0]
+                out[slot] = replace(node, busy=kn.node_name(obj) in busy)
         ledger = self._read_ledger()[0]
         for slot in ledger:
             node = _ledger_node(ledger, slot)

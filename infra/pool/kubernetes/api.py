@@ -80,6 +80,20 @@ class KubeApi:
         return _json(self._call(lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH,
                                                              _preload_content=False), f"patch node {name}", slot))
 
+    def pods_holding_nodes(self) -> Iterator[dict[str, Any]]:
+        """Every pod that is not finished (pending ones may already hold a node's devices), all namespaces."""
+        token: str | None = None
+        while True:
+            kwargs = {"field_selector": "status.phase!=Succeeded,status.phase!=Failed", "limit": PAGE,
+                      "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            page = _json(self._call(lambda: self.core.list_pod_for_all_namespaces(**kwargs), "list running pods"))
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
     # --- the slot ledger ---------------------------------------------------------------------
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -99,6 +99,22 @@ def desired_taints(current: list[dict[str, Any]], new: PoolNode | None) -> list[
     return kept + [{"key": QUARANTINE_TAINT, "value": new.reason_code, "effect": "NoExecute"}]
 
 
+def holds_gpus(pod: Mapping[str, Any]) -> str | None:
+    """The Node a pod occupies with GPUs (requests or limits of `nvidia.com/gpu` > 0), else None.
+
+    DaemonSet pods (device plugins, DCGM) ask for no GPU, so they never make a node busy."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node:
+        return None
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            if int(str((res.get(kind) or {}).get("nvidia.com/gpu", "0")) or 0) > 0:
+                return node
+    return None
+
+
 def _same_taints(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     def key(t: Mapping[str, Any]) -> tuple[str, str, str]:
         return (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
