@@ -11,6 +11,9 @@ Charts are typed (bar against a floor, heat map, timeline, distribution, line hi
 renderer draws or tabulates them the way its medium reads best. Test cases are what JUnit shows;
 the other formats list the ones that did not pass.
 
+Text is plain: renderers escape everything except `code` spans (a backtick-quoted part, for
+reason codes, slots and stacks), shown as code in Markdown and HTML.
+
 Versioned (`schema_version`) because documents are written next to the source JSON and read back
 by CI steps and dashboards long after the code that wrote them changed. Frozen and `extra=forbid`
 so an adapter's typo is an error, not a silently empty chart.
@@ -73,7 +76,7 @@ class SummaryItem(_M):
 
 
 class Paragraph(_M):
-    """Plain text (no markup: every renderer escapes it)."""
+    """Text; the only markup is `code` spans (backticks), which renderers show as code."""
 
     kind: Literal["paragraph"] = "paragraph"
     text: str

@@ -54,7 +54,7 @@ def sample_document() -> Document:
                       rows=[[n, f"i-{i:017x}", v, v is not None and v >= 430] for i, (n, v) in
                             enumerate(zip(NODES * 2, BUSBW * 2))],
                       caption="Twelve rows: folded in Markdown."),
-                Paragraph(text="Pipes | stars * underscores _ <script>alert(1)</script> & a\x07bell\nsecond line ✓",
+                Paragraph(text="Pipes | stars * underscores _ <script>alert(1)</script> & a\x07bell\nsecond line ✓ `busbw-low|<x>` and a lone ` backtick",
                           tone=Tone.WARNING),
             ]),
             Section(title="Checks", blocks=[TestCases(title="Gates", cases=[

@@ -26,6 +26,8 @@ def test_summary_comes_first_and_text_is_escaped():
     assert "\x07" not in md and "\x00" not in md
     assert "Pipes \\| stars \\* underscores \\_" in md
     assert "second line" in md and "\nsecond line" not in md  # one line per table cell / paragraph
+    assert "`busbw-low|<x>` and a lone \\` backtick" in md  # a code span shown literally, a lone backtick escaped
+    assert markdown.escape("a `x|y` b", in_table=True) == "a `x\\|y` b"  # in a cell the pipe must not end it
 
 
 def test_long_tables_are_folded_short_ones_are_not():

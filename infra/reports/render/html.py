@@ -15,7 +15,7 @@ from infra.reports.document import (BarChart, Block, CaseStatus, Cell, Distribut
                                     LineHistory, Paragraph, Status, Table, TestCases, Timeline)
 from infra.reports.render import describe, svg
 from infra.reports.render.svg import esc
-from infra.reports.render.text import cell, number, plural, value_in
+from infra.reports.render.text import cell, code_spans, number, plural, value_in
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 DATA_ROWS = 2_000
@@ -36,7 +36,13 @@ table{border-collapse:collapse;font-size:13px}th,td{padding:3px 8px;border-botto
 th{position:sticky;top:0;background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.fail td,tr.error td{background:#fdecea}details{margin:6px 0}summary{cursor:pointer;color:#0b57d0}
 footer{color:#777;margin-top:32px;font-size:12px}
+code{font:12px ui-monospace,monospace;background:#f2f2f2;padding:0 3px;border-radius:3px}
 """
+
+
+def text(value: str) -> str:
+    """Document text as element content: escaped, `code` spans as <code>."""
+    return "".join(f"<code>{esc(part)}</code>" if is_code else esc(part) for is_code, part in code_spans(value))
 
 
 class _Ids:
@@ -56,7 +62,7 @@ def _table(columns: list[str], rows: list[list[Cell]], css_class: str = "",
     for i, row in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         tds = "".join(f'<td class="num">{esc(cell(v))}</td>' if isinstance(v, (int, float)) and not isinstance(v, bool)
-                      else f"<td>{esc(cell(v))}</td>" for v in row)
+                      else f"<td>{text(cell(v))}</td>" for v in row)
         body.append(f"<tr{cls}>{tds}</tr>")
     return (f'<div class="table-wrap"><table class="{css_class}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
@@ -71,16 +77,16 @@ def _data_table(summary: str, columns: list[str], rows: list[list[Cell]]) -> str
 def _figure(title: str, desc: str, drawn: svg.Svg, caption: str, data: str) -> str:
     notes = " ".join(esc(n) for n in drawn.notes)
     cap = " ".join(x for x in (esc(desc), notes, esc(caption)) if x)
-    return (f'<figure><h3>{esc(title)}</h3><div class="scroll">{drawn.markup}</div>'
+    return (f'<figure><h3>{text(title)}</h3><div class="scroll">{drawn.markup}</div>'
             f"<figcaption>{cap}</figcaption>{data}</figure>")
 
 
 def _block(block: Block, ids: _Ids) -> str:
     if isinstance(block, Paragraph):
-        return f'<p class="tone-{block.tone.value}">{esc(block.text)}</p>'
+        return f'<p class="tone-{block.tone.value}">{text(block.text)}</p>'
     if isinstance(block, Table):
-        title = f"<h3>{esc(block.title)}</h3>" if block.title else ""
-        caption = f"<p class=\"caption\">{esc(block.caption)}</p>" if block.caption else ""
+        title = f"<h3>{text(block.title)}</h3>" if block.title else ""
+        caption = f"<p class=\"caption\">{text(block.caption)}</p>" if block.caption else ""
         return title + (_table(block.columns, block.rows) if block.rows else "<p>No rows.</p>") + caption
     if isinstance(block, BarChart):
         desc = describe.bar_chart(block)
@@ -117,7 +123,7 @@ def _block(block: Block, ids: _Ids) -> str:
         table = _table(["suite", "class", "name", "status", "message", "details"],
                        [[c.suite, c.classname or c.suite, c.name, c.status.value, c.message, c.details] for c in bad],
                        "cases", [c.status.value for c in bad]) if bad else ""
-        return f'<h3>{esc(block.title)}</h3><p>{esc(describe.test_cases(block))}</p>{table}'
+        return f'<h3>{text(block.title)}</h3><p>{esc(describe.test_cases(block))}</p>{table}'
     raise TypeError(f"no HTML for block {type(block).__name__}")
 
 
@@ -132,15 +138,15 @@ def render(doc: Document) -> str:
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{esc(doc.title)}</title><style>{_CSS}</style></head><body>",
-             f'<header><h1>{esc(doc.title)}</h1><p><span class="status status-{doc.status.value}" '
+             f'<header><h1>{text(doc.title)}</h1><p><span class="status status-{doc.status.value}" '
              f'data-status="{doc.status.value}">{_STATUS_TEXT[doc.status]}</span> '
              f'<span class="meta">{esc(meta)}</span></p>']
     if doc.summary:
         parts.append('<dl class="summary">' + "".join(
-            f'<dt>{esc(s.key)}</dt><dd class="tone-{s.tone.value}">{esc(s.value)}</dd>' for s in doc.summary) + "</dl>")
+            f'<dt>{text(s.key)}</dt><dd class="tone-{s.tone.value}">{text(s.value)}</dd>' for s in doc.summary) + "</dl>")
     parts.append("</header><main>")
     for section in doc.sections:
-        parts.append(f"<section><h2>{esc(section.title)}</h2>")
+        parts.append(f"<section><h2>{text(section.title)}</h2>")
         parts.extend(_block(b, ids) for b in section.blocks)
         if not section.blocks:
             parts.append("<p>Nothing to report.</p>")

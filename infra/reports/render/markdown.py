@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from infra.reports.document import (BarChart, Block, CaseStatus, Cell, Distribution, Document, HeatMap,
                                     LineHistory, Paragraph, Status, Table, TestCases, Timeline, Tone)
 from infra.reports.render import describe
-from infra.reports.render.text import cell, clean, duration, number, plural, value_in
+from infra.reports.render.text import cell, clean, code_spans, number, plural, value_in
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
 """Bytes GitHub accepts in one step's $GITHUB_STEP_SUMMARY."""
@@ -32,11 +32,23 @@ _TONE = {Tone.INFO: "", Tone.GOOD: "✅ ", Tone.WARNING: "⚠️ ", Tone.BAD: "�
 _SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 
 
-def escape(text: str) -> str:
-    """Plain text safe in Markdown and in GitHub's HTML subset: no markup, no tags, one line."""
-    text = clean(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _SPECIAL.sub(r"\\\1", text)
-    return re.sub(r"\r\n|\r|\n", "<br>", text)
+def _plain(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _SPECIAL.sub(r"\\\1", text)
+
+
+def _code(text: str, in_table: bool) -> str:
+    """A code span: shown literally by Markdown; inside a table cell a pipe still ends the cell
+    unless escaped (GFM removes that backslash first), elsewhere a backslash would show."""
+    text = text.strip()
+    return "`" + (text.replace("|", "\\|") if in_table else text) + "`" if text else ""
+
+
+def escape(text: str, in_table: bool = False) -> str:
+    """Document text as Markdown: no markup but `code` spans, no tags, one line."""
+    text = re.sub(r"\r\n|\r|\n", "\n", clean(text))
+    out = "".join(_code(part, in_table) if is_code else _plain(part) for is_code, part in code_spans(text))
+    return out.replace("\n", "<br>")
 
 
 @dataclass
@@ -54,9 +66,9 @@ def _size(lines: list[str]) -> int:
 
 def _table(columns: list[str], rows: list[list[Cell]], title: str = "") -> _Piece:
     """A GitHub table; folded into <details> when longer than FOLD_ROWS rows."""
-    header = ["| " + " | ".join(escape(c) or " " for c in columns) + " |",
+    header = ["| " + " | ".join(escape(c, in_table=True) or " " for c in columns) + " |",
               "|" + "|".join("---" for _ in columns) + "|"]
-    body = ["| " + " | ".join(escape(cell(v)) for v in row) + " |" for row in rows]
+    body = ["| " + " | ".join(escape(cell(v), in_table=True) for v in row) + " |" for row in rows]
     label = escape(title) if title else "Table"
     if not rows:
         return _Piece([f"**{label}**: no rows.", ""] if title else ["_No rows._", ""])

@@ -24,6 +24,27 @@ def clean(text: str) -> str:
     return _INVALID_CHARS.sub("", text)
 
 
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def code_spans(text: str) -> list[tuple[bool, str]]:
+    """`text` split into (is_code, part): document text may mark identifiers as `code`.
+
+    The one markup documents carry: Markdown shows the span as code, HTML as <code>; everything
+    else in a document is plain text that every renderer escapes.
+    """
+    parts: list[tuple[bool, str]] = []
+    last = 0
+    for m in _CODE.finditer(text):
+        if m.start() > last:
+            parts.append((False, text[last:m.start()]))
+        parts.append((True, m.group(1)))
+        last = m.end()
+    if last < len(text):
+        parts.append((False, text[last:]))
+    return parts
+
+
 def number(value: float | int | None) -> str:
     """A figure for people: thousands separators, at most 2 decimals, scientific when huge or tiny."""
     if value is None:
