@@ -157,14 +157,25 @@ def _local_slurm(stack: str):
 
 @pool.command()
 @stack_opt
+@click.option("--clean", is_flag=True, help="Restart from scratch even when it is up (every node pending again).")
 @click.pass_context
-def up(ctx: click.Context, stack: str | None) -> None:
-    """Start slurmctld and one slurmd per planned node of a simulated stack (a clean start)."""
+def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
+    """Start slurmctld and one slurmd per planned node of a simulated stack.
+
+    A cluster already up with every planned node keeps its state (admitted nodes stay admitted);
+    otherwise, or with --clean, it starts clean: every node drained until gated.
+    """
     from infra.plan import build_plan
 
     name = _stack_of(ctx, stack)
     local, spec = _local_slurm(name)
     plan = build_plan(spec)
+    if local.running() and not clean:
+        states = local.health()
+        if set(states) == {n.name for n in plan.nodes}:
+            click.echo(f"local Slurm of {name}: already up with {len(states)} nodes (--clean restarts it)\n"
+                       f"  export SLURM_CONF={local.conf_path}")
+            return
     took = local.up(spec, plan)
     click.echo(f"local Slurm of {name}: slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every node "
                f"drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun")

@@ -105,6 +105,8 @@ def test_pool_up_down_on_local_slurm(project):
         assert "125 slurmd up" in out.output and str(project.state_dir("local-slurm")) in out.output
         doc = json.loads(runner.invoke(main, [*args, "-s", "local-slurm", "--json"]).output)
         assert doc["pool"] == "slurm" and doc["counts"]["pending"] == 125
+        again = runner.invoke(main, [*args, "up", "-s", "local-slurm"])  # keeps the running cluster
+        assert again.exit_code == 0 and "already up with 125 nodes" in again.output
     finally:
         out = runner.invoke(main, [*args, "down", "-s", "local-slurm"])
     assert out.exit_code == 0 and "stopped 126 daemon(s)" in out.output

@@ -18,7 +18,7 @@ import pytest
 from infra.errors import PoolError
 from infra.gates.launch import LaunchSpec
 from infra.plan import build_plan
-from infra.pool.protocol import NodeState, PendingNode
+from infra.pool.protocol import NodeState, PendingNode, record_digest
 from infra.pool.slurm.adapter import SlurmPool
 from infra.pool.slurm.conf import unit_request_args
 from infra.pool.slurm.local import LocalSlurm
@@ -255,3 +255,26 @@ def test_registration_points_node_addr_at_the_instance(cluster: Cluster):
     local = SlurmPool(cluster.slurm.cli(), version=cluster.version, set_node_addresses=False)
     local.register_pending([PendingNode(slot=n0.slot, block=n0.block, partition=n0.partition, address="10.9.9.9")])
     assert "NodeAddr=127.0.0.2 " in _show(cluster, n0.slot)  # the local cluster keeps its loopback address
+
+
+def test_admit_many_recovers_when_slurm_refuses_a_line(cluster: Cluster):
+    """A node resumed behind the adapter's back (its read is stale): scontrol refuses that RESUME
+    ("Invalid node state specified") without naming the node; the adapter reads back and admits
+    what did not apply one by one, so every admission lands with its own record."""
+    pool = _pool(cluster)
+    nodes = _pending(cluster, 0, 1, 2)
+    pool.register_pending(nodes)
+    stale = pool.nodes()  # all three drained
+    cluster.sh("scontrol", "update", f"NodeName={nodes[0].slot}", "State=RESUME")
+    reads = iter([stale])
+    real_nodes = pool.nodes
+    pool.nodes = lambda: next(reads, None) or real_nodes()  # type: ignore[method-assign]
+    records = {n.slot: record(n, busbw=400.0 + i) for i, n in enumerate(nodes)}
+    before = pool.cli.calls
+    pool.admit_many([(n.slot, records[n.slot]) for n in nodes])
+    assert pool.cli.calls - before >= 2  # the stdin batch failed, and the read-back followed
+    state = _pool(cluster).state()
+    for n in nodes:
+        got = state.get(n.slot)
+        assert got is not None and got.state is NodeState.ADMITTED, got
+        assert got.record_digest == record_digest(records[n.slot])
