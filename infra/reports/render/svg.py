@@ -182,10 +182,13 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
     values = [c.value for c in chart.cells if chart.floor is None or c.value >= chart.floor]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     legend = [("low", LOW, "below the floor")] if chart.floor is not None else []
-    legend += [("min", _blend(0.0), f"{value_in(lo, chart.unit)}"), ("max", _blend(1.0), f"{value_in(hi, chart.unit)}"),
-               ("unmeasured", f"url(#{uid}-hatch)", "not measured")]
+    if values:
+        legend += [("min", _blend(0.0), value_in(lo, chart.unit))] + (
+            [("max", _blend(1.0), value_in(hi, chart.unit))] if hi > lo else [])
+    legend.append(("unmeasured", f"url(#{uid}-hatch)", "not measured"))
     legend_w = sum(24 + 7 * len(text) for _, _, text in legend)
-    width, height = max(left + gc * cell, left + legend_w) + 20, top + gr * cell + 40
+    width = max(left + gc * cell + (90 if labelled else 0), left + legend_w) + 20  # room for slanted labels
+    height = top + gr * cell + 40
     lines = _open(width, height, chart.title, desc, uid, "heat-map")
     lines.append(f'<defs><pattern id="{uid}-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
                  f'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f4f4f4"/>'
@@ -200,7 +203,7 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
     for (r, c), vs in sorted(blocks.items()):
         v = min(vs)
         failing = chart.floor is not None and v < chart.floor
-        fill = LOW if failing else _blend(min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0)
+        fill = LOW if failing else _blend(min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0)
         row, col = span(chart.row_labels, r), span(chart.col_labels, c)
         what = f"lowest of {number(len(vs))} measured: " if k > 1 else ""
         lines.append(f'<rect class="cell {"low" if failing else "ok"}" x="{left + c * cell:.1f}" '
