@@ -334,3 +334,21 @@ def test_reserved_namespace_names_are_refused(prod):
     alloc = prod.plan.partitions[0].model_copy(update={"name": "kube-system"})
     with pytest.raises(ConfigError, match="reserved"):
         m.partition_queue(alloc, prod.plan.topology.unit_gpus, prod.spec.cluster.instance)
+
+
+def test_every_kubernetes_object_goes_through_the_eks_components_provider(monkeypatch):
+    """Not an ambient kubeconfig: the provider built from the cluster's own kubeconfig output."""
+    from infra.cloud import capture
+
+    providers: dict[str, str] = {}
+    register = capture.RecordingMonitor.RegisterResource
+
+    def spy(self, request):
+        if request.type.startswith("kubernetes:"):
+            providers[request.name] = request.provider
+        return register(self, request)
+    monkeypatch.setattr(capture.RecordingMonitor, "RegisterResource", spy)
+    capture.capture_program("prod", target_batch=1)
+    assert len(providers) >= 30
+    (provider,) = set(providers.values())
+    assert "gpufleet:eks:Eks$pulumi:providers:kubernetes::" in provider

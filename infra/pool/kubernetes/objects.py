@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.bom import load_bom, resolve_bom_path
+from infra.cloud.storage import Storage
 from infra.configure.nccl_env import NcclEnv, nccl_env_for
 from infra.plan.model import ClusterPlan
 from infra.pool.kubernetes import chart_values as values
@@ -141,7 +142,7 @@ class KubernetesPool(pulumi.ComponentResource):
                                "cohort": cohort})
 
 
-def pool_objects(name: str, spec: ClusterSpec, plan: ClusterPlan, storage: Any, provider: k8s.Provider,
+def pool_objects(name: str, spec: ClusterSpec, plan: ClusterPlan, storage: Storage, provider: k8s.Provider,
                  opts: pulumi.ResourceOptions | None = None) -> KubernetesPool:
     """What `build_cluster` calls after the Eks component: queues from the plan, the job
     environment from the project's BOM, the claim on the Storage component's file system."""
