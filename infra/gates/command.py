@@ -84,8 +84,11 @@ def _known_instance_type(bundle) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes that read and check bundles (default: one per CPU; 1: this process only).")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the gate report here: gate.json (the records), gate.md, gate-junit.xml, gate.html.")
 def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file: Path | None, no_versions: bool,
-         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool, workers: int | None) -> None:
+         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool, workers: int | None,
+         report_dir: Path | None) -> None:
     """Gate every node bundle in DIRECTORY (raw tool outputs + manifest.json)."""
     from infra import catalog
     from infra.gates import bundle as B, junit
@@ -117,6 +120,11 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
         for r in records:
             (out_dir / f"{r.slot}.json").write_text(r.model_dump_json(indent=2), encoding="utf-8")
         (out_dir / "junit.xml").write_text(junit.render(records), encoding="utf-8")
+    if report_dir is not None:
+        from infra.reports.gate_document import gate_document
+        from infra.reports.write import write_report
+
+        write_report(gate_document(records), records, report_dir, "gate")
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
     else:

@@ -70,3 +70,24 @@ def test_all_admitted_is_ok(records):
     doc = gate_document(good)
     assert doc.status is Status.OK and "0 quarantined" in doc.title
     assert gate_document(good).model_dump_json() == doc.model_dump_json()  # deterministic: no clock
+
+
+def test_gate_command_writes_the_report(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from infra.cli import main
+
+    d = tmp_path / "bundles"
+    for s in (synth.NodeSpec(slot="ok"), synth.NodeSpec(slot="slow", intra_busbw=300.0)):
+        synth.write_node(d / s.slot, s)
+    r = CliRunner().invoke(main, ["gate", str(d), "--no-versions", "--workers", "1", "--out", str(tmp_path / "out"),
+                                  "--report-dir", str(tmp_path / "report")])
+    assert r.exit_code == 3, r.output
+    names = sorted(p.name for p in (tmp_path / "report").iterdir())
+    assert names == ["gate-junit.xml", "gate.html", "gate.json", "gate.md"]
+    assert [x["slot"] for x in json.loads((tmp_path / "report" / "gate.json").read_text())] == ["ok", "slow"]
+    assert (tmp_path / "report" / "gate-junit.xml").read_text() == (tmp_path / "out" / "junit.xml").read_text()
+    assert 'data-label="slow"' in (tmp_path / "report" / "gate.html").read_text()
+    assert "**❌ FAILED**" in (tmp_path / "report" / "gate.md").read_text()
