@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 from infra.gates import baseline
 from infra.gates.admission import AdmissionRecord, BusbwFigures
-from infra.gates.bundle import Bundle, Manifest, read_bundle
+from infra.gates.bundle import Bundle, read_bundle
 from infra.gates.checks import run_checks
 from infra.gates.settings import GateSettings
 from infra.gates.verdict import CheckResult, NodeOutcome, node_outcome
@@ -39,25 +39,32 @@ def settings_for(bundle: Bundle, base: GateSettings, instance_type: str | None) 
 @dataclass(frozen=True)
 class NodeStep:
     """One node's checks and figures: everything the cohort step needs, nothing it does not
-    (no parsed views: they are ~100s of objects per node, costly to keep or to ship)."""
+    (no parsed views, no manifest: ~100s of objects per node, costly to keep or to ship back
+    from a worker process)."""
 
-    manifest: Manifest
+    slot: str
+    instance_id: str | None
+    stack: str | None
+    batch: int | None
+    block: int | None
+    collected_started: datetime | None
+    collected_ended: datetime | None
     instance_type: str
     intra_floor: float
     results: tuple[CheckResult, ...]
     busbw: float | None  # large-message intra-node busbw, None when not measured
-
-    @property
-    def slot(self) -> str:
-        return self.manifest.slot
 
 
 def check_node(bundle: Bundle, base: GateSettings, instance_type: str | None = None) -> NodeStep:
     s = settings_for(bundle, base, instance_type)
     ev, results = run_checks(bundle, s)
     busbw = baseline.large_message_busbw(ev.intra, s.baseline_min_bytes) if ev.intra is not None else None
-    return NodeStep(manifest=bundle.manifest, instance_type=s.instance_type, intra_floor=s.intra_floor,
-                    results=tuple(results), busbw=busbw)
+    m = bundle.manifest
+    starts = [r.started for r in m.files.values() if r.started]
+    ends = [r.ended for r in m.files.values() if r.ended]
+    return NodeStep(slot=m.slot, instance_id=m.instance_id, stack=m.stack, batch=m.batch, block=m.block,
+                    collected_started=min(starts) if starts else None, collected_ended=max(ends) if ends else None,
+                    instance_type=s.instance_type, intra_floor=s.intra_floor, results=tuple(results), busbw=busbw)
 
 
 def decide_cohort(steps: Sequence[NodeStep], base: GateSettings, previous: Mapping[str, NodeOutcome] | None = None,
@@ -81,18 +88,14 @@ def decide_cohort(steps: Sequence[NodeStep], base: GateSettings, previous: Mappi
         if st.slot in relative:
             results.append(relative[st.slot])
         outcome = node_outcome(results, previous.get(st.slot))
-        m = st.manifest
-        starts = [r.started for r in m.files.values() if r.started]
-        ends = [r.ended for r in m.files.values() if r.ended]
         records.append(AdmissionRecord(
-            slot=st.slot, instance_id=m.instance_id, instance_type=st.instance_type, stack=m.stack, batch=m.batch,
-            block=m.block, bom_digest=base.bom_digest, verdict=outcome.verdict, action=outcome.action,
+            slot=st.slot, instance_id=st.instance_id, instance_type=st.instance_type, stack=st.stack, batch=st.batch,
+            block=st.block, bom_digest=base.bom_digest, verdict=outcome.verdict, action=outcome.action,
             attempt=outcome.attempt, reason_codes=outcome.reason_codes, message=outcome.message,
             checks=tuple(results),
             busbw=BusbwFigures(intra_node_gbs=st.busbw, intra_node_floor_gbs=st.intra_floor,
                                cohort_median_gbs=medians.get(st.instance_type)),
-            collected_started=min(starts) if starts else None, collected_ended=max(ends) if ends else None,
-            **extra))
+            collected_started=st.collected_started, collected_ended=st.collected_ended, **extra))
     return records
 
 
@@ -139,7 +142,7 @@ def _steps(items: Sequence[object], step: Callable[[object], NodeStep], workers:
     if workers <= 1 or n < PARALLEL_MIN_NODES or "fork" not in multiprocessing.get_all_start_methods():
         return [step(x) for x in items]
     global _job
-    chunk = max(16, -(-n // (workers * 4)))  # a few chunks per worker: balance without much overhead
+    chunk = max(16, -(-n // workers))  # one chunk per worker: pickle shares the results its nodes have in common
     bounds = [(i, min(i + chunk, n)) for i in range(0, n, chunk)]
     _job = (items, step)
     try:
