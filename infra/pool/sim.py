@@ -66,6 +66,18 @@ class SimPool:
     def admit(self, slot: str, record: AdmissionRecord) -> PoolNode:
         return self._apply(slot, lambda now: transitions.admit(now, slot, record))
 
+    def admit_many(self, items: Sequence[tuple[str, AdmissionRecord]]) -> list[PoolNode]:
+        """`admit` for many slots in one write: all validated first, none applied if one is refused."""
+        with self._edit() as doc:
+            results = []
+            for slot, record in items:
+                now = _node(doc["nodes"].get(slot))
+                new = transitions.admit(now, slot, record)
+                results.append(new)
+                if new != now:
+                    doc["nodes"][slot] = _dump(new)
+            return results
+
     def quarantine(self, slot: str, reason_code: str, reason: str) -> PoolNode:
         return self._apply(slot, lambda now: transitions.quarantine(now, slot, reason_code, reason,
                                                                     self.failures_before_blacklist))

@@ -60,3 +60,16 @@ def test_a_status_only_pool_has_no_launcher(tmp_path: Path):
         SimPool(tmp_path / "pool.json", None).launcher()
     fake = RecordingLauncher()
     assert SimPool(tmp_path / "pool.json", fake).launcher() is fake
+
+
+def test_admit_many_is_one_write_and_all_or_nothing(tmp_path: Path):
+    path = tmp_path / "pool.json"
+    pool = SimPool(path, None)
+    pool.register_pending(NODES)
+    before = path.read_text()
+    with pytest.raises(PoolError, match=f"{NODES[2].slot}.*another|{NODES[2].slot}.*for slot"):
+        pool.admit_many([(NODES[0].slot, record(NODES[0])), (NODES[2].slot, record(NODES[1]))])
+    assert path.read_text() == before  # the valid first admission was not applied either
+    got = pool.admit_many([(n.slot, record(n)) for n in NODES])
+    assert [n.state for n in got] == [NodeState.ADMITTED] * 3
+    assert len(SimPool(path, None).state().by_state(NodeState.ADMITTED)) == 3
