@@ -382,3 +382,19 @@ def test_a_node_is_busy_while_a_pod_holds_its_gpus(server, clock):
     assert pool.state().get(SLOT.slot).busy is False  # a DaemonSet pod and a finished job hold nothing
     server.kube.pods[("train", "trainer-0")] = pod("trainer-0", "Running", 8)
     assert pool.state().get(SLOT.slot).busy is True
+
+
+def test_a_replacement_inherits_the_slot_from_a_predecessor_still_registered(server, clock):
+    pool = make_pool(server, clock)
+    pool.register_pending([SLOT])
+    pool.quarantine(SLOT.slot, "xid-79", "GPU 3 fell off the bus")
+    new_name, new_instance = "ip-10-64-0-99.us-east-2.compute.internal", "i-0bbbbbbbbbbbbbbbb"
+    server.kube.add_node(new_name, SLOT.slot, instance_id=new_instance, created="2026-11-30T01:00:00Z")
+    pool.register_pending([PendingNode(slot=SLOT.slot, block=0, partition="train", instance_id=new_instance)])
+    now = pool.state().get(SLOT.slot)
+    assert now.state is NodeState.PENDING and now.failures == 1 and now.instance_id == new_instance
+    old = server.kube.nodes[NODE]
+    assert not any(k.startswith("gpufleet.io/") for k in old["metadata"]["annotations"])
+    assert old["spec"]["taints"] == [GATE]
+    b = pool.quarantine(SLOT.slot, "xid-48", "double-bit ECC")  # the second failure of the slot blacklists it
+    assert b.state is NodeState.BLACKLISTED and b.failures == 2

@@ -64,14 +64,22 @@ class KubernetesPool:
                             node=missing[0])
         ledger = self._read_ledger()[0]
         chosen = {n.slot: _pick(found[n.slot], n.instance_id) for n in nodes}
+        # a replacement that joined while its predecessor's Node still holds the slot inherits it
+        before = {n.slot: _predecessor(found[n.slot], chosen[n.slot]) for n in nodes}
+
+        def inherited(slot: str) -> PoolNode | None:
+            old = before[slot]
+            return (kn.decode(old) if old is not None else None) or _ledger_node(ledger, slot)
         for n in nodes:  # every refusal before the first write
-            transitions.register(kn.decode(chosen[n.slot]) or _ledger_node(ledger, n.slot), n,
-                                 _ledger_failures(ledger, n.slot))
+            transitions.register(kn.decode(chosen[n.slot]) or inherited(n.slot), n, _ledger_failures(ledger, n.slot))
         for n in nodes:
             carried = _ledger_failures(ledger, n.slot)
             self._apply(n.slot, lambda now, n=n, carried=carried: transitions.register(
-                now or _ledger_node(ledger, n.slot), _with_instance(n, chosen[n.slot]), carried),
+                now or inherited(n.slot), _with_instance(n, chosen[n.slot]), carried),
                 node=chosen[n.slot], reread=lambda n=n: self._joined(n))
+            old = before[n.slot]
+            if old is not None:  # the slot is the new Node's now: the old one leaves the pool, gated
+                self._apply(n.slot, lambda now: None, node=old, reread=lambda name=kn.node_name(old): self.api.read_node(name))
         self._edit_ledger({n.slot: None for n in nodes if n.slot in ledger})
 
     def admit(self, slot: str, record: AdmissionRecord) -> PoolNode:
@@ -254,6 +262,12 @@ def _pick(objs: Sequence[dict[str, Any]], instance_id: str | None) -> dict[str, 
         if instance_id and kn.instance_from_provider_id((obj.get("spec") or {}).get("providerID")) == instance_id:
             return obj
     return _newest_first(objs)[0]
+
+
+def _predecessor(objs: Sequence[dict[str, Any]], chosen: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Another Node that is registered for the same slot (the instance being replaced), if any."""
+    return next((o for o in _newest_first(objs)
+                 if kn.node_name(o) != kn.node_name(chosen) and kn.decode(o) is not None), None)
 
 
 def _with_instance(node: PendingNode, obj: Mapping[str, Any]) -> PendingNode:

@@ -76,6 +76,16 @@ class KubeApi:
             out += self.list_nodes(f"{label} in ({','.join(wanted[i:i + SELECTOR_CHUNK])})")
         return out
 
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        def read():
+            try:
+                return _json(self.core.read_node(name, _preload_content=False))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return self._call(read, f"read node {name}")
+
     def patch_node(self, name: str, patch: dict[str, Any], slot: str) -> dict[str, Any]:
         return _json(self._call(lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH,
                                                              _preload_content=False), f"patch node {name}", slot))
