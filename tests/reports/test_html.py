@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.reports.document import Bar, BarChart, Document, HeatCell, HeatMap, Section, Status
+from infra.reports.document import Bar, BarChart, Document, HeatCell, HeatMap, Section, Series, Status
 from infra.reports.render import html, svg
 from tests.reports import chromium as C
 from tests.reports.sample import BUSBW, NODES, WHEN, sample_document
@@ -106,7 +106,10 @@ def test_1250_nodes_stay_readable(browser, tmp_path):
     assert 0 < len(cells) <= svg.HEAT_GRID ** 2  # not 1.5M
     assert "Aggregated to blocks of 20 x 20" in page.text
     assert all(int(c.attrs["data-count"]) >= 1 for c in cells)
-    assert len(page.find("rect", "span")) == 10 * 4 and len(page.find("polyline", "line")) == 78
+    assert len(page.find("rect", "span")) == 10 * 4
+    assert [b.attrs["data-series-count"] for b in page.find("polygon", "band")] == ["78"]  # not 78 tangled lines
+    assert [x.attrs["data-series"] for x in page.find("polyline", "line")] == ["block 7"]  # the regressed block
+    assert [p.attrs["data-value"] for p in page.find("circle", "low")] == ["338.0"]
 
 
 def test_bars_beyond_the_limit_are_aggregated_to_their_lowest():
@@ -119,6 +122,13 @@ def test_bars_beyond_the_limit_are_aggregated_to_their_lowest():
     assert len(bars) <= svg.BAR_LIMIT // 2 and sum(int(b[3]) for b in bars) == n
     assert [b for b in bars if b[0] == "low"] == [("low", "n4320 … n4325", "100.0", "6")]
     assert drawn.notes and "lowest value of 6 consecutive items" in drawn.notes[0]
+
+
+def test_notable_series_are_the_ones_below_the_floor_or_regressed():
+    assert svg.notable(Series(name="a", values=[380.0, 381.0, 340.0]), floor=None)  # 10% under its median
+    assert not svg.notable(Series(name="b", values=[380.0, 381.0, 370.0]), floor=None)  # within 5%
+    assert svg.notable(Series(name="c", values=[300.0, None, 380.0]), floor=350.0)  # was below the floor
+    assert not svg.notable(Series(name="d", values=[None, 380.0]), floor=350.0)
 
 
 def test_heat_map_elements_are_capped_whatever_the_size():

@@ -14,11 +14,11 @@ elements and an unusable page).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from html import escape as _escape
-from typing import Iterable
 
-from infra.reports.document import BarChart, Distribution, HeatMap, LineHistory, Timeline
+from infra.reports.document import BarChart, Distribution, HeatMap, LineHistory, Series, Timeline
 from infra.reports.render.text import clean, number, value_in
 
 BAR_LIMIT = 2_000
@@ -236,10 +236,18 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
 # ------------------------------------------------------------------ timeline
 
 
-def _time_ticks(start: float, end: float, n: int = 6) -> Iterable[float]:
+_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def _ticks(start: float, end: float, seconds: bool, most: int = 8) -> list[float]:
+    """Round tick positions covering [start, end]: whole minutes/hours for durations."""
     span = max(end - start, 1e-9)
-    for i in range(n + 1):
-        yield start + span * i / n
+    if seconds:
+        step = next((s for s in _TIME_STEPS if span / s <= most), 86400 * math.ceil(span / 86400 / most))
+    else:
+        step = _nice_step(span / most)
+    first = math.ceil(start / step - 1e-9) * step
+    return [first + i * step for i in range(int((end - first) / step + 1e-9) + 1)]
 
 
 def timeline(chart: Timeline, uid: str, desc: str) -> Svg:
@@ -253,7 +261,7 @@ def timeline(chart: Timeline, uid: str, desc: str) -> Svg:
     height = top + len(lanes) * row + 30 + legend_rows * 16
     lines = _open(left + plot_w + 50, height, chart.title, desc, uid, "timeline")
     lane_index = {name: i for i, name in enumerate(lanes)}
-    for t in _time_ticks(t0, t1):
+    for t in _ticks(t0, t1, chart.unit == "s"):
         x = left + (t - t0) * scale
         lines.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + len(lanes) * row:.1f}" '
                      f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{top + len(lanes) * row + 12:.1f}" '
@@ -287,14 +295,14 @@ OTHER_COLOURS = ("#FF7F0E", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#7F7F7F
 
 
 def distribution(chart: Distribution, uid: str, desc: str) -> Svg:
-    row, left, plot_w = 26.0, 200.0, 560.0
+    labels = [(g.name + (f" (expected {g.expected})" if g.expected is not None else ""))[:48] for g in chart.groups]
+    row, left, plot_w = 26.0, min(max(6.5 * max(map(len, labels), default=0) + 14, 120.0), 330.0), 560.0
     height = 10 + len(chart.groups) * row + 10
     lines = _open(left + plot_w + 150, height, chart.title, desc, uid, "distribution")
     for gi, g in enumerate(chart.groups):
         y = 10 + gi * row
         total = g.total
-        label = g.name + (f" (expected {g.expected})" if g.expected is not None else "")
-        lines.append(f'<text x="{left - 6}" y="{y + 14:.1f}" text-anchor="end">{esc(label[:36])}</text>')
+        lines.append(f'<text x="{left - 6}" y="{y + 14:.1f}" text-anchor="end">{esc(labels[gi])}</text>')
         x = left
         others = 0
         for vc in sorted(g.counts, key=lambda v: (v.value != g.expected, -v.count, v.value)):
@@ -340,13 +348,34 @@ def _range(values: list[float]) -> tuple[float, float]:
     return vmin, vmin + 4 * step
 
 
+SERIES_LIMIT = 12
+"""Series drawn as lines of their own. With more, a band (lowest to highest per run) and the median
+stand for all of them, and only the notable series are drawn: 80 block lines are a tangle."""
+REGRESSION = 0.05
+"""A series is notable when its latest value is this fraction under the median of its earlier ones."""
+
+
+def notable(series: Series, floor: float | None) -> bool:
+    """Below the floor in any run, or regressed in the latest run against its own history."""
+    measured = [v for v in series.values if v is not None]
+    if floor is not None and any(v < floor for v in measured):
+        return True
+    latest = series.values[-1] if series.values else None
+    earlier = [v for v in series.values[:-1] if v is not None]
+    return latest is not None and bool(earlier) and latest < (1 - REGRESSION) * statistics.median(earlier)
+
+
 def line_history(chart: LineHistory, uid: str, desc: str) -> Svg:
     left, top, plot_w, plot_h = 64.0, 12.0, 640.0, 200.0
     runs = max(len(chart.runs), 1)
+    many = len(chart.series) > SERIES_LIMIT
+    shown = [s for s in chart.series if notable(s, chart.floor)] if many else list(chart.series)
+    hidden_notable = max(len(shown) - SERIES_LIMIT, 0)
+    shown = shown[:SERIES_LIMIT]
     values = [v for s in chart.series for v in s.values if v is not None]
     vmin, vmax = _range(values + ([chart.floor] if chart.floor is not None else []))
-    legend_rows = math.ceil(min(len(chart.series), 24) / 4)
-    height = top + plot_h + 40 + legend_rows * 16
+    legend = [(s.name, PALETTE[i % len(PALETTE)]) for i, s in enumerate(shown)]
+    height = top + plot_h + 40 + math.ceil((len(legend) + (2 if many else 0)) / 4) * 16
     lines = _open(left + plot_w + 30, height, chart.title, desc, uid, "line-history")
     _y_axis(lines, left, top, plot_h, vmax, chart.unit, plot_w, vmin)
 
@@ -356,9 +385,9 @@ def line_history(chart: LineHistory, uid: str, desc: str) -> Svg:
     def y_of(v: float) -> float:
         return top + plot_h - plot_h * (v - vmin) / (vmax - vmin)
 
-    label_every = max(1, math.ceil(runs / 10))
+    every = max(1, math.ceil(runs / 8))
     for i, run in enumerate(chart.runs):
-        if i % label_every == 0 or i == runs - 1:
+        if i == runs - 1 or (i % every == 0 and runs - 1 - i >= every):
             lines.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 18:.1f}" text-anchor="middle">'
                          f'{esc(run[:14])}</text>')
     if chart.floor is not None:
@@ -366,7 +395,19 @@ def line_history(chart: LineHistory, uid: str, desc: str) -> Svg:
         lines.append(f'<line class="floor" x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" '
                      f'stroke-dasharray="6 3" data-floor="{attr_num(chart.floor)}"><title>floor: '
                      f'{esc(value_in(chart.floor, chart.unit))}</title></line>')
-    for si, s in enumerate(chart.series):
+    if many:
+        per_run = [(i, sorted(v for s in chart.series if (v := s.values[i]) is not None)) for i in range(len(chart.runs))]
+        per_run = [(i, vs) for i, vs in per_run if vs]
+        upper = " ".join(f"{x_of(i):.1f},{y_of(vs[-1]):.1f}" for i, vs in per_run)
+        lower = " ".join(f"{x_of(i):.1f},{y_of(vs[0]):.1f}" for i, vs in reversed(per_run))
+        lines.append(f'<polygon class="band" points="{upper} {lower}" fill="#c6dbef" fill-opacity="0.7" '
+                     f'data-series-count="{len(chart.series)}"><title>lowest to highest of '
+                     f'{number(len(chart.series))} series per run</title></polygon>')
+        median = " ".join(f"{x_of(i):.1f},{y_of(statistics.median(vs)):.1f}" for i, vs in per_run)
+        lines.append(f'<polyline class="median" points="{median}" fill="none" stroke="#08519c" stroke-width="2" '
+                     f'stroke-dasharray="4 2"><title>median of {number(len(chart.series))} series</title></polyline>')
+        legend = [("band: lowest to highest", "#c6dbef"), ("median", "#08519c")] + legend
+    for si, s in enumerate(shown):
         colour = PALETTE[si % len(PALETTE)]
         segment: list[str] = []
         paths: list[str] = []
@@ -391,13 +432,16 @@ def line_history(chart: LineHistory, uid: str, desc: str) -> Svg:
                          f'data-run="{esc(chart.runs[i])}" data-value="{attr_num(v)}"><title>{esc(s.name)}, '
                          f'{esc(chart.runs[i])}: {esc(value_in(v, chart.unit))}</title></circle>')
     y = top + plot_h + 34
-    for si, s in enumerate(chart.series[:24]):
-        x = left + (si % 4) * 160
-        yy = y + (si // 4) * 16
-        lines.append(f'<rect class="legend" data-series="{esc(s.name)}" x="{x:.1f}" y="{yy - 9:.1f}" width="10" '
-                     f'height="10" fill="{PALETTE[si % len(PALETTE)]}"/><text x="{x + 14:.1f}" y="{yy:.1f}">'
-                     f'{esc(s.name[:20])}</text>')
+    for li, (name, colour) in enumerate(legend):
+        x = left + (li % 4) * 160
+        yy = y + (li // 4) * 16
+        lines.append(f'<rect class="legend" data-series="{esc(name)}" x="{x:.1f}" y="{yy - 9:.1f}" width="10" '
+                     f'height="10" fill="{colour}"/><text x="{x + 14:.1f}" y="{yy:.1f}">{esc(name[:24])}</text>')
     lines.append("</svg>")
-    notes = (f"Legend lists the first 24 of {number(len(chart.series))} series; hover a point for its series.",) \
-        if len(chart.series) > 24 else ()
+    notes: tuple[str, ...] = ()
+    if many:
+        notes = (f"{number(len(chart.series))} series: the band spans the lowest to the highest value per run, the "
+                 f"dashed line is their median; drawn on their own: the {number(len(shown) + hidden_notable)} series "
+                 f"below the floor or more than {REGRESSION:.0%} under their own median in the latest run"
+                 + (f" (the first {SERIES_LIMIT})" if hidden_notable else "") + ".",)
     return Svg("\n".join(lines), notes)
