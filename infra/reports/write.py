@@ -34,19 +34,22 @@ def source_json(source: Source) -> str:
     return _MODELS.dump_json(list(source), indent=2).decode("utf-8") + "\n"
 
 
-_RENDERERS: dict[str, Callable[[Document], str]] = {
-    "md": markdown.render, "xml": junit.render, "html": html.render,
-}
+def render_all(document: Document, source: Source, formats: Iterable[str], basename: str = "report",
+               md_limit: int = markdown.STEP_SUMMARY_LIMIT) -> dict[str, str]:
+    """Format -> text for each requested format; ConfigError naming an unknown one.
 
-
-def render_all(document: Document, source: Source, formats: Iterable[str]) -> dict[str, str]:
-    """Format -> text for each requested format; ConfigError naming an unknown one."""
+    A Markdown summary cut to `md_limit` bytes names the files next to it that hold everything.
+    """
     wanted = list(dict.fromkeys(formats))
     unknown = [f for f in wanted if f not in SUFFIX]
     if unknown:
         raise ConfigError(f"unknown report format(s) {', '.join(unknown)}", field="formats",
                           expected="any of " + ", ".join(FORMATS))
-    return {f: source_json(source) if f == "json" else _RENDERERS[f](document) for f in wanted}
+    full = " and ".join(f"{basename}{SUFFIX[f]}" for f in ("html", "json") if f in wanted) or "the JSON report"
+    renderers: dict[str, Callable[[], str]] = {
+        "json": lambda: source_json(source), "md": lambda: markdown.render(document, md_limit, full),
+        "xml": lambda: junit.render(document), "html": lambda: html.render(document)}
+    return {f: renderers[f]() for f in wanted}
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -64,14 +67,15 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def write_report(document: Document, source: Source, out_dir: Path, basename: str,
-                 formats: Iterable[str] = FORMATS) -> dict[str, Path]:
+                 formats: Iterable[str] = FORMATS, md_limit: int = markdown.STEP_SUMMARY_LIMIT) -> dict[str, Path]:
     """Render `document` (and `source` for JSON) in `formats`, then write `out_dir/basename*`.
 
-    Returns format -> path written.
+    `md_limit`: bytes of Markdown (a step summary by default; `markdown.COMMENT_LIMIT` for a PR
+    comment). Returns format -> path written.
     """
     if not basename or "/" in basename or basename.startswith("."):
         raise ConfigError(f"bad report name {basename!r}", field="basename", expected="a plain file name stem")
-    texts = render_all(document, source, formats)
+    texts = render_all(document, source, formats, basename, md_limit)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for fmt, text in texts.items():

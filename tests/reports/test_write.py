@@ -52,3 +52,10 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypa
     with pytest.raises(OSError, match="disk full"):
         W.atomic_write(target, "new")
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["r.md"]
+
+
+def test_a_cut_summary_points_at_the_files_next_to_it(tmp_path):
+    doc = sample_document()
+    md = W.write_report(doc, doc, tmp_path, "rollout", md_limit=1_000)["md"].read_text()
+    assert len(md.encode("utf-8")) <= 1_000
+    assert md.rstrip().endswith("see rollout.html and rollout.json.")
