@@ -80,8 +80,7 @@ def _run(spec, plan, project, stack, journal, until_batch, state_dir: Path) -> N
     from infra.rollout.orchestrator import Orchestrator
     from infra.rollout.wiring import gate_settings, options, wire
 
-    wiring = wire(spec, plan, project, stack)
-    journal.now = wiring.adapters.clock.now
+    wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     opts = options(spec, until_batch, wiring.threaded)
     orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts)
     started = time.monotonic()

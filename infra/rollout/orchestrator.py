@@ -15,6 +15,7 @@ Halting: the first instances of a batch failing above `maxFailureRate` (the cana
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from infra.errors import ConfigError
 from infra.gates import bundle as B
 from infra.gates.admission import AdmissionRecord, apply_isolation
 from infra.gates.evaluate import gate_cohort
@@ -111,11 +113,20 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ the rollout
 
+    def layout(self) -> str:
+        """What a journal is only valid for: the slots, their batches and blocks."""
+        text = "\n".join(f"{s.name} {s.batch} {s.block}" for s in self.plan.nodes)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
     def run(self) -> Outcome:
         if not self.state.started:
-            self.journal.append({"type": "rollout", "to": "started",
+            self.journal.append({"type": "rollout", "to": "started", "layout": self.layout(),
                                  "batches": [b.number for b in self.plan.batches],
                                  "spare_nodes": self.spares, "instance_type": self.plan.instance_type})
+        elif self.state.layout not in (None, self.layout()):
+            raise ConfigError("the stack's layout (slots, batches, blocks) changed since this rollout started",
+                              field="gpufleet:cluster / gpufleet:rollout",
+                              expected="the layout the journal was started with, or --restart to archive it")
         try:
             for b in self.plan.batches[:self.last_batch]:
                 if self.state.halted:
@@ -201,6 +212,7 @@ class Orchestrator:
             moved |= self._configure(k)
             self._provision_ahead(k)
             moved |= self._preflight(k)
+            moved |= self._remediate(k)
             moved |= self._gate(k)
             moved |= self._network(k)
             if not moved:
@@ -309,9 +321,10 @@ class Orchestrator:
         if nxt in self._ahead:
             return
         if self.state.batch(nxt).stage is BatchStage.RUNNING:
-            # resumed after a crash between the request and its answer: ask again at the same point,
-            # so the cloud sees the same sequence of calls as an uninterrupted rollout
-            if not self.options.threaded and any(n.stage is S.PROVISIONING and n.shortfall is None
+            # resumed after a crash between starting the batch ahead and hearing the provider's answer:
+            # ask at the same point, so the cloud sees the calls of an uninterrupted rollout
+            if not self.options.threaded and any(n.stage is S.PLANNED or (n.stage is S.PROVISIONING
+                                                                          and n.shortfall is None)
                                                  for n in self._nodes(nxt)):
                 self._provision(nxt)
             return
@@ -429,37 +442,51 @@ class Orchestrator:
         return True
 
     def _gate(self, k: int) -> bool:
-        todo = [n for n in self._at(k, S.PREFLIGHT) if n.decision is None]
+        """Gate the batch's collected bundles as one cohort; every node's outcome in one event.
+
+        Why one event: the relative busbw gate compares each node with the cohort's median, so a
+        resumed rollout must never re-gate part of a cohort; all outcomes land together or none."""
+        if self._at(k, S.CONFIGURED) or any(n.remediation is not None for n in self._nodes(k)):
+            return False  # wait: nodes still being collected or remediated join this cohort
+        todo = [n for n in self._at(k, S.PREFLIGHT) if n.decision is None and n.remediation is None]
         if not todo:
             return False
-        bundles, failures = [], {}
+        bundles, results = [], {}
         for n in todo:
             try:
                 bundles.append(B.read_bundle(self.state_dir / (n.bundle or "")))
             except B.BundleError as exc:
-                failures[n.slot] = ("bundle-unreadable", f"the preflight bundle cannot be read: {exc}", None)
+                results[n.slot] = {"result": "quarantine", "reason_code": "bundle-unreadable",
+                                   "reason": f"the preflight bundle cannot be read: {exc}"}
         by_slot = {n.slot: n for n in todo}
         previous = {n.slot: n.previous for n in todo if n.previous is not None}
         records = gate_cohort(bundles, self.settings, previous=previous, decided_at=self._now()) if bundles else []
-        passed: dict[str, dict[str, Any]] = {}
-        retest: list[tuple[NodeState, AdmissionRecord]] = []
         for r in records:
             n = by_slot.get(r.slot)
             if n is None:
                 raise ValueError(f"a bundle's manifest names slot {r.slot}, which is not gated here")
             r = self._stamp(r, n)
-            if r.action is Action.ADMIT:
-                passed[r.slot] = {"record": r.model_dump(mode="json")}
-            elif r.action is Action.QUARANTINE:
-                failures[r.slot] = (r.reason_codes[0] if r.reason_codes else "quarantined", r.message,
-                                    r.model_dump(mode="json"))
-            else:
-                retest.append((n, r))
-        self._decide_quarantine(k, failures)
-        if passed:
-            self.journal.append({"type": "nodes", "batch": k, "to": "baseline", "stage": "gates", "nodes": passed})
-        self._remediate(k, retest)
+            results[r.slot] = self._result(n, r, passed="pass")
+        self.journal.append({"type": "gated", "batch": k, "stage": "gates", "nodes": results})
+        self._remediate(k)
         return True
+
+    @staticmethod
+    def _result(n: NodeState, r: AdmissionRecord, passed: str) -> dict[str, Any]:
+        """One node's journaled outcome: `passed` ("pass" to the baselines, "admit"), quarantine, or
+        remediate; a node that already had its retest is quarantined instead of a second one."""
+        if r.action is Action.RETEST and n.previous is not None:
+            r = r.model_copy(update={"verdict": Verdict.QUARANTINE, "action": Action.QUARANTINE,
+                                     "message": "failed again after remediation: " + r.message})
+        record = r.model_dump(mode="json")
+        if r.action is Action.ADMIT:
+            out: dict[str, Any] = {"result": passed, "record": record}
+            if passed == "admit":
+                out["record_digest"] = record_digest(r)
+            return out
+        code = r.reason_codes[0] if r.reason_codes else ("retest" if r.action is Action.RETEST else "quarantined")
+        result = "quarantine" if r.action is Action.QUARANTINE else "remediate"
+        return {"result": result, "record": record, "reason_code": code, "reason": r.message}
 
     def _stamp(self, r: AdmissionRecord, n: NodeState) -> AdmissionRecord:
         """The record names what the journal knows (a bundle's manifest may leave these out)."""
@@ -467,38 +494,37 @@ class Orchestrator:
         return r.model_copy(update={"instance_id": n.instance_id, "batch": s.batch, "block": s.block,
                                     "stack": self.stack})
 
-    def _remediate(self, k: int, retest: Sequence[tuple[NodeState, AdmissionRecord]]) -> None:
-        """One reset or reboot, then one retest; a node that had its retest is quarantined instead."""
-        if not retest:
-            return
+    def _remediate(self, k: int) -> bool:
+        """One reset or reboot for each node the gates sent to remediation, then its one retest."""
+        todo = [n for n in self._nodes(k) if n.remediation is not None and n.decision is None]
+        if not todo:
+            return False
         again, failures = {}, {}
         started = self._now()
         seconds = 0.0  # remediations run on their nodes in parallel
-        for n, r in retest:
-            if n.previous is not None:  # a second REMEDIATE (e.g. the network still unresolved)
-                q = r.model_copy(update={"verdict": Verdict.QUARANTINE, "action": Action.QUARANTINE,
-                                         "message": "failed again after remediation: " + r.message})
-                failures[n.slot] = (r.reason_codes[0] if r.reason_codes else "retest-failed", q.message,
-                                    q.model_dump(mode="json"))
-                continue
-            action = remediation_for(r.reason_codes)
+        for n in todo:
+            codes = tuple(n.remediation.get("reason_codes", ()))
+            action = remediation_for(codes)
             outcome = self.ports.executor.remediate(self._instance(n), action)  # type: ignore[arg-type]
             seconds = max(seconds, outcome.duration_s)
             if outcome.status is not HostStatus.OK:
                 code = STAGE_CODE.get(outcome.status, "remediation-failed")
                 failures[n.slot] = (code, f"{action} failed: {outcome.message or outcome.status.value}",
-                                    r.model_dump(mode="json"))
+                                    n.remediation)
                 continue
-            again[n.slot] = {"action": action, "outcome": {"verdict": r.verdict.value, "action": r.action.value,
-                                                          "attempt": r.attempt, "reason_codes": list(r.reason_codes),
-                                                          "message": r.message}}
+            r = n.remediation
+            again[n.slot] = {"action": action, "outcome": {"verdict": r["verdict"], "action": r["action"],
+                                                          "attempt": r.get("attempt", 1),
+                                                          "reason_codes": list(codes), "message": r.get("message", "")}}
         self._decide_quarantine(k, failures)
         if again:
             self.journal.append({"type": "retest", "batch": k, "nodes": again,
                                  "duration_s": self._seconds(seconds, started)})
+        return True
 
     def _network(self, k: int) -> bool:
-        if self._at(k, S.PROVISIONED, S.CONFIGURING, S.CONFIGURED, S.PREFLIGHT, S.REPLACED):
+        if self._at(k, S.PROVISIONED, S.CONFIGURING, S.CONFIGURED, S.PREFLIGHT, S.REPLACED) or any(
+                n.remediation is not None for n in self._nodes(k)):
             return False  # wait: those may still join this round of baselines
         todo = [n for n in self._at(k, S.BASELINE) if n.decision is None]
         if not todo:
@@ -519,23 +545,12 @@ class Orchestrator:
             event = {"type": "network", "batch": k, "link_faults": [list(p) for p in net.link_faults],
                      "ring_faults": [list(g) for g in net.ring_faults], "unresolved": list(net.unresolved),
                      "rounds": net.rounds, "runs": net.runs, "scales": scales, "duration_s": runner.seconds}
-        self.journal.append(event)
         by_slot = {n.slot: n for n in todo}
-        admit, failures, retest = {}, {}, []
-        for r in final:
-            n = by_slot[r.slot]
-            if r.action is Action.ADMIT:
-                admit[r.slot] = {"action": "admit", "record": r.model_dump(mode="json"),
-                                 "record_digest": record_digest(r)}
-            elif r.action is Action.QUARANTINE:
-                failures[r.slot] = (r.reason_codes[0] if r.reason_codes else "quarantined", r.message,
-                                    r.model_dump(mode="json"))
-            else:
-                retest.append((n, r))
-        if admit:
-            self.journal.append({"type": "decided", "batch": k, "nodes": admit})
-        self._decide_quarantine(k, failures)
-        self._remediate(k, retest)
+        # the network's figures and every node's verdict in one event (a partial re-run would
+        # test a different set of nodes)
+        event["nodes"] = {r.slot: self._result(by_slot[r.slot], r, passed="admit") for r in final}
+        self.journal.append(event)
+        self._remediate(k)
         bl.write_communication_baseline(self.state_dir / "baselines" / "communication.json", self.stack,
                                         self.plan.instance_type, self.state.batches, self._now())
         return True

@@ -11,8 +11,9 @@ One event may move many nodes at once (a stage over a batch is one action, so on
     {"type": "batch", "batch": k, "to": "running" | "passed" | "halted", "reason": ...}
     {"type": "nodes", "batch": k, "to": <NodeStage>, "nodes": {slot: {field: value}}, "stage": ..., "duration_s": ...}
     {"type": "decided", "batch": k, "nodes": {slot: {"action": ..., "record_digest": ..., "reason_code": ...}}}
+    {"type": "gated", "batch": k, "nodes": {slot: {"result": "pass" | "quarantine" | "remediate", "record": ...}}}
     {"type": "retest", "batch": k, "nodes": {slot: {"outcome": {...}, "action": "reset-gpu"}}, "duration_s": ...}
-    {"type": "network", "batch": k, "link_faults": [[a, b]], "ring_faults": [[...]], "scales": {...}, ...}
+    {"type": "network", "batch": k, "link_faults": [[a, b]], "scales": {...}, "nodes": {slot: {"result": "admit" | ...}}}
     {"type": "stage", "batch": k, "stage": ..., "duration_s": ...}  (time spent with no node moving)
 
 An illegal transition is a bug in the orchestrator (or a journal edited by hand): it raises.
@@ -109,6 +110,7 @@ class NodeState:
     provision_requests: int = 0  # provision calls for this slot's current instance (capacity retries)
     bundle: str | None = None  # the current attempt's bundle, relative to the state dir
     gate_record: dict[str, Any] | None = None  # the per-node gates' record, before the multi-node baselines
+    remediation: dict[str, Any] | None = None  # the record that asked for a reset/reboot not yet journaled done
     record: dict[str, Any] | None = None  # the record of the last decision (kept after it is applied)
     blacklisted: bool = False
     history: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # (stage, instance, code)
@@ -141,6 +143,7 @@ class RolloutState:
     finished: bool = False
     halted: bool = False
     halt_reason: str = ""
+    layout: str | None = None  # digest of the plan's slots and batches the rollout started with
     batches: dict[int, BatchState] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     last_seq: int = 0
@@ -206,6 +209,7 @@ def _rollout(state: RolloutState, e: Mapping[str, Any]) -> None:
         if state.finished or state.halted:
             raise IllegalTransition("a finished or halted rollout cannot start again")
         state.started = True
+        state.layout = e.get("layout")
         for number in e.get("batches", ()):
             state.batch(int(number))
     elif to == "finished":
@@ -256,6 +260,7 @@ def _enter(state: RolloutState, n: NodeState, to: NodeStage, data: Mapping[str, 
             raise IllegalTransition(f"{n.slot}: provisioned without an instance id")
         n.instance_id, n.address, n.shortfall = iid, data.get("private_ip"), None
         n.attempt, n.previous, n.decision, n.gate_record, n.bundle = 1, None, None, None, None
+        n.remediation = None
     elif to is S.PREFLIGHT:
         n.bundle = data.get("bundle")
     elif to is S.BASELINE:
@@ -271,7 +276,7 @@ def _enter(state: RolloutState, n: NodeState, to: NodeStage, data: Mapping[str, 
         if not n.reason_code:
             raise IllegalTransition(f"{n.slot}: quarantined without a reason code")
         n.blacklisted = bool(data.get("blacklisted"))
-        n.gate_record = None
+        n.gate_record, n.remediation = None, None
         if n.replacements == 0:
             state.batch(n.batch).first_failures.add(n.slot)
     elif to is S.REPLACED:
@@ -310,13 +315,44 @@ def _retest(state: RolloutState, e: Mapping[str, Any]) -> None:
             raise IllegalTransition(f"{slot}: REMEDIATE allows one retest; this instance had it")
         n.previous = NodeOutcome.model_validate(data["outcome"])
         n.attempt += 1
-        n.decision = None
+        n.decision, n.remediation = None, None
         n.stage = S.CONFIGURED
         n.history.append(("retest", n.instance_id, None))
     state.batch(batch).add_duration("remediate", e.get("duration_s"))
 
 
+def _gated(state: RolloutState, e: Mapping[str, Any]) -> None:
+    """Every node's outcome of one gating step, applied together (see the orchestrator's `_gate`)."""
+    batch = int(e["batch"])
+    passed = {}
+    for slot, data in e["nodes"].items():
+        n = state.node(slot)
+        if n.batch != batch:
+            raise IllegalTransition(f"{slot}: belongs to batch {n.batch}, not {batch}")
+        if n.decision is not None or n.remediation is not None:
+            raise IllegalTransition(f"{slot}: gated twice")
+        result = data["result"]
+        if result == "pass":
+            passed[slot] = {"record": data.get("record")}
+        elif result in ("admit", "quarantine"):
+            _decided(state, {"nodes": {slot: {**data, "action": result}}})
+        elif result == "remediate":
+            if n.stage not in RETEST_FROM:
+                raise IllegalTransition(f"{slot}: remediation asked at {n.stage.value}")
+            if n.previous is not None:
+                raise IllegalTransition(f"{slot}: REMEDIATE allows one retest; this instance had it")
+            n.remediation = data.get("record") or {}
+        else:
+            raise IllegalTransition(f"{slot}: unknown gate result {result!r}")
+    if passed:
+        _nodes(state, {"batch": batch, "to": S.BASELINE.value, "nodes": passed, "stage": e.get("stage", "gates")})
+    elif e.get("duration_s"):
+        state.batch(batch).add_duration(e.get("stage", "gates"), e.get("duration_s"))
+
+
 def _network(state: RolloutState, e: Mapping[str, Any]) -> None:
+    if e.get("nodes"):
+        _gated(state, {"batch": e["batch"], "nodes": e["nodes"], "stage": "baseline"})
     b = state.batch(int(e["batch"]))
     b.link_faults.extend(tuple(p) for p in e.get("link_faults", ()))
     b.ring_faults.extend(tuple(g) for g in e.get("ring_faults", ()))
@@ -330,4 +366,4 @@ def _stage(state: RolloutState, e: Mapping[str, Any]) -> None:
 
 
 _HANDLERS = {"rollout": _rollout, "batch": _batch, "nodes": _nodes, "decided": _decided, "retest": _retest,
-             "network": _network, "stage": _stage}
+             "gated": _gated, "network": _network, "stage": _stage}

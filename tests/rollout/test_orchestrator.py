@@ -217,3 +217,12 @@ def test_a_halt_waits_for_the_batch_provisioned_ahead_and_records_it(tmp_path):
     ahead = out.state.nodes[SLOT(11)]
     assert ahead.stage is NodeStage.PROVISIONED and ahead.instance_id == "i-0001101"
     assert out.state.batches[4].stage is BatchStage.HALTED
+
+
+def test_resuming_with_a_changed_layout_is_refused(tmp_path):
+    from infra.errors import ConfigError
+
+    cloud = FakeCloud()
+    orchestrator(tmp_path, cloud, small_spec(), until_batch=1).run()
+    with pytest.raises(ConfigError, match="layout .* changed"):
+        orchestrator(tmp_path, cloud, small_spec(batch_size=2)).run()

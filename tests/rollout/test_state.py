@@ -115,3 +115,22 @@ def test_shortfall_is_asked_again_and_counts_requests():
                                  nodes("provisioning", "a")]
     n = fold(events).nodes["a"]
     assert n.stage is NodeStage.PROVISIONING and n.provision_requests == 2 and n.shortfall is None
+
+
+def test_a_gating_step_lands_all_its_outcomes_at_once():
+    events = happy_path()[:6] + [nodes("configuring", "b"), nodes("configured", "b"),
+                                 nodes("preflight", "a", bundle="x"), nodes("preflight", "b", bundle="y")]
+    events = events[:4] + [nodes("provisioning", "b"), nodes("provisioned", "b", instance_id="i-2")] + events[4:]
+    gated = {"type": "gated", "batch": 1, "nodes": {
+        "a": {"result": "pass", "record": {"slot": "a"}},
+        "b": {"result": "remediate", "record": {"slot": "b", "verdict": "REMEDIATE", "reason_codes": ["x"]}}}}
+    s = fold(events + [gated])
+    assert s.nodes["a"].stage is NodeStage.BASELINE and s.nodes["a"].gate_record == {"slot": "a"}
+    assert s.nodes["b"].stage is NodeStage.PREFLIGHT and s.nodes["b"].remediation["reason_codes"] == ["x"]
+    with pytest.raises(IllegalTransition, match="gated twice"):
+        fold(events + [gated, {"type": "gated", "batch": 1, "nodes": {"b": {"result": "pass"}}}])
+    retested = events + [gated, {"type": "retest", "batch": 1, "nodes": {"b": {"outcome": OUTCOME}}},
+                         nodes("preflight", "b", bundle="z")]
+    assert fold(retested).nodes["b"].remediation is None
+    with pytest.raises(IllegalTransition, match="one retest"):
+        fold(retested + [{"type": "gated", "batch": 1, "nodes": {"b": {"result": "remediate"}}}])
