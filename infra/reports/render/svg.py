@@ -114,7 +114,7 @@ def bar_chart(chart: BarChart, uid: str, desc: str) -> Svg:
     labelled = n <= 40
     bottom = 90.0 if labelled else 24.0
     width = left + n * step + 90
-    values = [v for b in chart.bars if b.value is not None for v in [b.value]]
+    values = [b.value for b in chart.bars if b.value is not None]
     vmax = _nice_max(max(values + ([chart.floor] if chart.floor is not None else []), default=1.0) * 1.05)
     lines = _open(width, top + plot_h + bottom, chart.title, desc, uid, "bar-chart")
     _y_axis(lines, left, top, plot_h, vmax, chart.unit, n * step)
@@ -122,9 +122,7 @@ def bar_chart(chart: BarChart, uid: str, desc: str) -> Svg:
     for i, b in enumerate(buckets):
         x = left + i * step
         low = b.low
-        note = ""
-        if size == 1:
-            note = chart.bars[i].note
+        note = chart.bars[i].note if size == 1 else ""
         if low is None:
             lines.append(f'<rect class="bar missing" x="{x:.1f}" y="{base - 3:.1f}" width="{bar_w:.1f}" height="3" '
                          f'fill="{MISSING}" data-label="{esc(b.label)}" data-value="" data-items="{len(b.labels)}">'
