@@ -123,7 +123,7 @@ def _block(block: Block, ids: _Ids) -> str:
         table = _table(["suite", "class", "name", "status", "message", "details"],
                        [[c.suite, c.classname or c.suite, c.name, c.status.value, c.message, c.details] for c in bad],
                        "cases", [c.status.value for c in bad]) if bad else ""
-        return f'<h3>{text(block.title)}</h3><p>{esc(describe.test_cases(block))}</p>{table}'
+        return f'<h3>{text(block.title)}</h3><p>{esc(describe.cases(block))}</p>{table}'
     raise TypeError(f"no HTML for block {type(block).__name__}")
 
 

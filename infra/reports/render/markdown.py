@@ -138,7 +138,7 @@ def _pieces(block: Block) -> list[_Piece]:
             out.append(_table(["series", "first", "previous", "latest", "change", "min"], rows, block.title))
         return out + _caption(block.caption)
     if isinstance(block, TestCases):
-        out = [_line(f"**{escape(block.title)}**: {escape(describe.test_cases(block))}")]
+        out = [_line(f"**{escape(block.title)}**: {escape(describe.cases(block))}")]
         bad = [[c.suite, c.classname or c.suite, c.name, c.status.value, c.message]
                for c in block.cases if c.status is not CaseStatus.PASS]
         if bad:
