@@ -9,6 +9,13 @@ Pairs miss faults that only show at scale, so a ring over the batch (and into al
 nodes) follows; an underperforming ring is bisected down to nodes that are then tested in small
 rings with known-good companions. Every step is a *round* of disjoint groups run in parallel;
 the caller's `run_round` executes a round (see launch.py) and returns busbw per group.
+
+Never blame a healthy node: no ring is laid over a link already known to be faulty (closing
+edge included, `arrange_ring`), bisection halves are arcs of such a ring (`split_ring`), and a
+suspect's companions are a pair proven to work together, never one it met before, so one bad
+link can count against a node at most once. Tests: tests/gates/test_isolation.py (Hypothesis:
+bad links on first-round pairs, on ring neighbours and at random, with and without admitted
+nodes; rounds within 3 + k*ceil(log2 n) for k faults).
 """
 
 from __future__ import annotations
