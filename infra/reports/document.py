@@ -93,7 +93,7 @@ class Table(_M):
     caption: str = ""
 
     @model_validator(mode="after")
-    def _rectangular(self) -> "Table":
+    def _rectangular(self) -> Table:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
                 raise ValueError(f"table {self.title!r}: row {i} has {len(row)} cells, "
@@ -170,7 +170,7 @@ class HeatMap(_M):
     caption: str = ""
 
     @model_validator(mode="after")
-    def _cells_in_range(self) -> "HeatMap":
+    def _cells_in_range(self) -> HeatMap:
         _finite(self.floor, "floor")
         seen: set[tuple[int, int]] = set()
         for c in self.cells:
@@ -192,7 +192,7 @@ class Span(_M):
     end: float
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Span":
+    def _ordered(self) -> Span:
         _finite(self.start, "span start")
         _finite(self.end, "span end")
         if self.end < self.start:
@@ -276,7 +276,7 @@ class LineHistory(_M):
     caption: str = ""
 
     @model_validator(mode="after")
-    def _aligned(self) -> "LineHistory":
+    def _aligned(self) -> LineHistory:
         _finite(self.floor, "floor")
         for s in self.series:
             if len(s.values) != len(self.runs):

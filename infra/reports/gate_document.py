@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Sequence
+from collections.abc import Sequence
 
 from infra.gates.admission import AdmissionRecord
 from infra.gates.verdict import Action, Verdict
@@ -99,7 +99,7 @@ def gate_document(records: Sequence[AdmissionRecord], title: str = "Gate", suite
     if digests:
         summary.append(SummaryItem(key="BOM", value=", ".join(d[:12] for d in digests)))
     sections = [Section(title="Busbw", blocks=[*busbw_charts(records), *filter(None, [pair_heat_map(records)])])]
-    rings = [[r.slot, k, v] for r in records for k, v in sorted(r.busbw.multi_node_gbs.items())
+    rings: list[list[Cell]] = [[r.slot, k, v] for r in records for k, v in sorted(r.busbw.multi_node_gbs.items())
              if k.startswith(RING_PREFIX)]
     if rings:
         sections[0].blocks.append(Table(title="Ring busbw", columns=["node", "ring", "busbw (GB/s)"], rows=rings))

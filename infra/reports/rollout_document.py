@@ -9,7 +9,8 @@ rollout that ended short or halted fails its `target.<stack>` case even when eve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from infra.gates.admission import AdmissionRecord
 from infra.reports.document import (Block, CaseStatus, Cell, Document, Paragraph, Section, Span, Status, SummaryItem,
@@ -27,7 +28,7 @@ TIMELINE_NOTE = ("Stages after provisioning run back to back up to the batch's e
 _STATUS = {"complete": Status.OK, "in-progress": Status.OK, "short": Status.FAILED, "halted": Status.FAILED}
 
 
-def timeline_spans(report: "RolloutReport") -> list[Span]:
+def timeline_spans(report: RolloutReport) -> list[Span]:
     """Each worked batch's stages laid back to back, ending when the schedule in use ends the batch.
 
     The report keeps each batch's end time and its seconds per stage, not stage start times: the
@@ -49,7 +50,7 @@ def timeline_spans(report: "RolloutReport") -> list[Span]:
     return spans
 
 
-def rollout_cases(report: "RolloutReport", records: Sequence[AdmissionRecord]) -> list[TestCase]:
+def rollout_cases(report: RolloutReport, records: Sequence[AdmissionRecord]) -> list[TestCase]:
     cases = gate_cases(records, ROLLOUT_SUITE)
     recorded = {(r.slot, r.instance_id) for r in records}
     for q in report.quarantined:
@@ -64,7 +65,7 @@ def rollout_cases(report: "RolloutReport", records: Sequence[AdmissionRecord]) -
     return cases
 
 
-def _summary(r: "RolloutReport") -> list[SummaryItem]:
+def _summary(r: RolloutReport) -> list[SummaryItem]:
     sched = "pipelined" if r.pipelining else "sequential"
     t = r.timeline
     out = [SummaryItem(key="admitted", value=f"{number(r.admitted_nodes)}/{number(r.target_nodes)} nodes, "
@@ -82,7 +83,7 @@ def _summary(r: "RolloutReport") -> list[SummaryItem]:
     return out
 
 
-def rollout_document(report: "RolloutReport", records: Sequence[AdmissionRecord]) -> Document:
+def rollout_document(report: RolloutReport, records: Sequence[AdmissionRecord]) -> Document:
     r = report
     batches: list[Block] = [Table(columns=["batch", "stage", "nodes", "admitted", "quarantined", "first-pass failure rate",
                                            "reason"],

@@ -10,7 +10,7 @@ removed before ElementTree escapes the rest.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Sequence
+from collections.abc import Sequence
 
 from infra.reports.document import CaseStatus, Document, TestCase
 from infra.reports.render.text import clean

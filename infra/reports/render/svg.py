@@ -198,14 +198,14 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
         part = labels[i * k:(i + 1) * k]
         return part[0] if len(part) == 1 else f"{part[0]} … {part[-1]}"
 
-    for (r, c), vs in sorted(blocks.items()):
+    for (bi, bj), vs in sorted(blocks.items()):
         v = min(vs)
         failing = chart.floor is not None and v < chart.floor
         fill = LOW if failing else _blend(min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0)
-        row, col = span(chart.row_labels, r), span(chart.col_labels, c)
+        row, col = span(chart.row_labels, bi), span(chart.col_labels, bj)
         what = f"lowest of {number(len(vs))} measured: " if k > 1 else ""
-        lines.append(f'<rect class="cell {"low" if failing else "ok"}" x="{left + c * cell:.1f}" '
-                     f'y="{top + r * cell:.1f}" width="{cell - 1:.1f}" height="{cell - 1:.1f}" fill="{fill}" '
+        lines.append(f'<rect class="cell {"low" if failing else "ok"}" x="{left + bj * cell:.1f}" '
+                     f'y="{top + bi * cell:.1f}" width="{cell - 1:.1f}" height="{cell - 1:.1f}" fill="{fill}" '
                      f'data-row="{esc(row)}" data-col="{esc(col)}" data-value="{attr_num(v)}" data-count="{len(vs)}">'
                      f'<title>{esc(row)} × {esc(col)}: {what}{esc(value_in(v, chart.unit))}</title></rect>')
     if labelled:
@@ -224,7 +224,7 @@ def heat_map(chart: HeatMap, uid: str, desc: str) -> Svg:
                      f'<text x="{x + 14:.1f}" y="{legend_y:.1f}">{esc(text)}</text>')
         x += 24 + 7 * len(text)
     lines.append("</svg>")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if k > 1:
         notes = (f"Aggregated to blocks of {k} x {k}: each cell is the lowest measured value inside its block "
                  f"({number(len(blocks))} cells drawn for a {number(nr)} x {number(nc)} matrix).",)
@@ -241,7 +241,7 @@ def _ticks(start: float, end: float, seconds: bool, most: int = 8) -> list[float
     """Round tick positions covering [start, end]: whole minutes/hours for durations."""
     span = max(end - start, 1e-9)
     if seconds:
-        step = next((s for s in _TIME_STEPS if span / s <= most), 86400 * math.ceil(span / 86400 / most))
+        step = float(next((s for s in _TIME_STEPS if span / s <= most), 86400 * math.ceil(span / 86400 / most)))
     else:
         step = _nice_step(span / most)
     first = math.ceil(start / step - 1e-9) * step

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 from infra.reports.document import Cell
 
@@ -45,7 +45,7 @@ def code_spans(text: str) -> list[tuple[bool, str]]:
     return parts
 
 
-def number(value: float | int | None) -> str:
+def number(value: float | None) -> str:
     """A figure for people: thousands separators, at most 2 decimals, scientific when huge or tiny."""
     if value is None:
         return "–"
@@ -62,7 +62,7 @@ def number(value: float | int | None) -> str:
     return "0" if text == "-0" else text
 
 
-def with_unit(value: float | int | None, unit: str) -> str:
+def with_unit(value: float | None, unit: str) -> str:
     text = number(value)
     return f"{text} {unit}" if unit and value is not None else text
 
