@@ -1,4 +1,4 @@
-"""The rollout report: one versioned JSON document, rendered to Markdown and JUnit.
+"""The rollout report: one versioned JSON document (Markdown, JUnit and HTML render from it).
 
 Why built from the folded journal and the plan only: the report of a resumed rollout must equal
 the report of an uninterrupted one, and the journal is the only source of truth.
@@ -6,7 +6,6 @@ the report of an uninterrupted one, and the journal is the only source of truth.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 import infra
-from infra.gates import junit as gate_junit
 from infra.gates.admission import AdmissionRecord
 from infra.plan.model import ClusterPlan
 from infra.rollout.state import NodeStage, RolloutState
@@ -135,75 +133,10 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
         wall_seconds=wall_seconds)
 
 
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
-
-
-def render_markdown(r: RolloutReport) -> str:
-    lines = [f"# Rollout of `{r.stack}`: {r.status}", ""]
-    if r.halt_reason:
-        lines += [f"**Halted:** {r.halt_reason}", ""]
-    lines += [f"- admitted: **{r.admitted_nodes}/{r.target_nodes} nodes, {r.admitted_gpus}/{r.target_gpus} GPUs** "
-              f"({r.instance_type})",
-              f"- spares used: {r.spares_used} of {r.spare_nodes}; replacements: {len(r.replacements)}",
-              f"- modelled time-to-pool: {_hms(r.timeline['pipelined_s' if r.pipelining else 'sequential_s'])} "
-              f"({'pipelined' if r.pipelining else 'sequential'}; sequential {_hms(r.timeline['sequential_s'])}, "
-              f"pipelined {_hms(r.timeline['pipelined_s'])}, lower bound {_hms(r.timeline['lower_bound_s'])})"]
-    if r.wall_seconds is not None:
-        lines.append(f"- wall time of this run: {r.wall_seconds:.1f} s")
-    lines += ["", "| partition | units available | GPUs |", "|---|---|---|"]
-    lines += [f"| {p.name} | {p.units_available}/{p.units_planned} | {p.gpus_available} |" for p in r.partitions]
-    lines += ["", "| batch | stage | nodes | admitted | quarantined | first-pass failure rate |", "|---|---|---|---|---|---|"]
-    lines += [f"| {b.number}{' (canary)' if b.canary else ''} | {b.stage} | {b.nodes} | {b.admitted} | "
-              f"{b.quarantined} | {b.first_failure_rate:.0%} |" for b in r.batches]
-    if r.quarantined:
-        lines += ["", "## Quarantined", "", "| slot | instance | batch | reason | replaced |", "|---|---|---|---|---|"]
-        lines += [f"| {q.slot} | {q.instance_id} | {q.batch} | `{q.reason_code}`{' (blacklisted)' if q.blacklisted else ''}"
-                  f" | {'yes' if q.replaced else 'no'} |" for q in r.quarantined]
-    if r.link_faults:
-        lines += ["", "## Link faults (escalate; no node quarantined)", ""]
-        lines += [f"- {a} <-> {b}" for a, b in r.link_faults]
-    if r.short:
-        lines += ["", f"## Short of target: {len(r.short)} slot(s) without an admitted node", ""]
-        lines += [f"- {s}" for s in r.short[:50]]
-    return "\n".join(lines) + "\n"
-
-
-def render_junit(r: RolloutReport, records: list[AdmissionRecord]) -> str:
-    """The gates' cases per node and check, plus one case per quarantine that has no record
-    (configure failure, unreachable host) and one for the rollout's own outcome."""
-    root = ET.fromstring(gate_junit.render(records, suite="gpufleet-rollout").split("\n", 1)[1])
-    suite = root.find("testsuite")
-    assert suite is not None
-    recorded = {(x.slot, x.instance_id) for x in records}
-    cases, failed = 0, 0
-    for q in r.quarantined:
-        if (q.slot, q.instance_id) in recorded:
-            continue
-        tc = ET.SubElement(suite, "testcase", classname=f"rollout.{q.slot}", name=f"node.{q.instance_id}")
-        ET.SubElement(tc, "failure", type="QUARANTINE", message=f"{q.reason_code}: {q.reason}"[:500])
-        cases, failed = cases + 1, failed + 1
-    tc = ET.SubElement(suite, "testcase", classname="rollout", name=f"target.{r.stack}")
-    cases += 1
-    if r.status != "complete":
-        ET.SubElement(tc, "failure", type=r.status, message=(r.halt_reason or f"{len(r.short)} slot(s) short")[:500])
-        failed += 1
-    tests, failures = str(int(suite.get("tests", "0")) + cases), str(int(suite.get("failures", "0")) + failed)
-    for el in (root, suite):
-        el.set("tests", tests)
-        el.set("failures", failures)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
 def write(report: RolloutReport, records: list[AdmissionRecord], directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    out = {"rollout.json": report.model_dump_json(indent=2), "rollout.md": render_markdown(report),
-           "rollout-junit.xml": render_junit(report, records)}
-    paths = []
-    for name, text in out.items():
-        p = directory / name
-        p.write_text(text, encoding="utf-8")
-        paths.append(p)
-    return paths
+    """`rollout.json` (this model), `rollout.md`, `rollout-junit.xml` and `rollout.html`, each
+    rendered from the report's Document (`infra.reports.rollout_document`) and written atomically."""
+    from infra.reports.rollout_document import rollout_document
+    from infra.reports.write import write_report
+
+    return list(write_report(rollout_document(report, records), report, directory, "rollout").values())

@@ -88,20 +88,19 @@ def test_the_report_renders_markdown_and_junit_from_the_journal(tmp_path):
     assert {q.slot: q.reason_code for q in rep.quarantined} == {slot: "nvlink-down", "tst-b0007-n00007": "configure-failed"}
     assert [(r.slot, r.old_instance != r.new_instance) for r in rep.replacements] == [(slot, True), ("tst-b0007-n00007", True)]
     assert rep.partitions[0].units_available == rep.partitions[0].units_planned == 12
-    md = report.render_markdown(rep)
-    assert "# Rollout of `tst`: complete" in md and "`nvlink-down`" in md
     from infra.gates.admission import AdmissionRecord
     records = [AdmissionRecord.model_validate(n.record) for n in out.state.nodes.values() if n.record]
-    root = ET.fromstring(report.render_junit(rep, records).split("\n", 1)[1])
-    suite = root.find("testsuite")
-    cases = suite.findall("testcase")
-    assert int(suite.get("tests")) == len(cases) and int(root.get("tests")) == len(cases)
-    assert int(suite.get("failures")) == sum(1 for c in cases if c.find("failure") is not None)
-    names = {(c.get("classname"), c.get("name")) for c in cases}
-    assert ("rollout.tst-b0007-n00007", "node.i-0000701") in names  # no record: its own case
-    assert ("rollout", "target.tst") in names
-    paths = report.write(rep, records, tmp_path / "reports")
-    assert json.loads(paths[0].read_text())["schema_version"] == 1
+    paths = {p.name: p for p in report.write(rep, records, tmp_path / "reports")}
+    assert set(paths) == {"rollout.json", "rollout.md", "rollout-junit.xml", "rollout.html"}
+    assert json.loads(paths["rollout.json"].read_text())["schema_version"] == 1
+    assert report.RolloutReport.model_validate_json(paths["rollout.json"].read_text()) == rep
+    md = paths["rollout.md"].read_text()
+    assert "Rollout of `tst`: complete" in md and "nvlink-down" in md
+    root = ET.fromstring(paths["rollout-junit.xml"].read_text().split("\n", 1)[1])
+    cases = root.iter("testcase")
+    names = {(c.get("classname"), c.get("name")): c.find("failure") is not None for c in cases}
+    assert names[("rollout.tst-b0007-n00007", "node.i-0000701")] is True  # no record: its own failing case
+    assert names[("rollout", "target.tst")] is False  # the target was reached
 
 
 def test_the_plain_display_prints_a_line_when_a_batch_changes_stage(tmp_path):
