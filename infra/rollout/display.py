@@ -60,16 +60,17 @@ class PlainDisplay:
 class RichDisplay:
     """A table redrawn at most a few times a second."""
 
-    def __init__(self, plan: ClusterPlan, elapsed: Callable[[], float]) -> None:
+    def __init__(self, plan: ClusterPlan, elapsed: Callable[[], float], stream: TextIO = sys.stdout) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.plan, self.elapsed = plan, elapsed
-        self.live = Live(console=Console(), refresh_per_second=4, transient=False)
+        self.live = Live(console=Console(file=stream, force_terminal=True), refresh_per_second=4, transient=False)
         self.live.start()
         self._next = 0.0
 
     def __call__(self, _event: dict[str, Any], state: RolloutState) -> None:
+        self._state = state
         now = time.monotonic()
         if now < self._next:
             return
@@ -87,12 +88,11 @@ class RichDisplay:
                       str(r["admitted"]), str(r["quarantined"]), _clock(r["elapsed"]))
         return t
 
-    def finish(self, state: RolloutState) -> None:
-        self.live.update(self._table(state))
-
     def close(self) -> None:
+        if getattr(self, "_state", None) is not None:
+            self.live.update(self._table(self._state))  # the final state, whatever the throttle skipped
         self.live.stop()
 
 
 def make_display(plan: ClusterPlan, elapsed: Callable[[], float], stream: TextIO = sys.stdout) -> Any:
-    return RichDisplay(plan, elapsed) if stream.isatty() else PlainDisplay(plan, elapsed, stream)
+    return RichDisplay(plan, elapsed, stream) if stream.isatty() else PlainDisplay(plan, elapsed, stream)

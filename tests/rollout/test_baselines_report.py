@@ -113,3 +113,22 @@ def test_the_plain_display_prints_a_line_when_a_batch_changes_stage(tmp_path):
     assert any(line.startswith("batch 1 (canary)") and "passed" in line and "admitted     3" in line for line in lines)
     assert all("elapsed 1:02:05" in line for line in lines)
     assert len(lines) == len(set(lines))
+
+
+def test_a_terminal_gets_the_rich_table(tmp_path):
+    from infra.rollout.display import RichDisplay, make_display
+
+    class Tty(StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    spec = small_spec()
+    buf = Tty()
+    display = make_display(build_plan(spec), lambda: 60.0, buf)
+    assert isinstance(display, RichDisplay)
+    o = orchestrator(tmp_path, FakeCloud(), spec)
+    o.journal.listeners.append(display)
+    o.run()
+    display.close()
+    text = buf.getvalue()
+    assert "gpufleet rollout" in text and "passed" in text and "0:01:00" in text
