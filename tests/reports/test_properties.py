@@ -3,6 +3,7 @@ control characters. Markdown stays under its limit, JUnit stays valid XML with r
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from html.parser import HTMLParser
@@ -97,5 +98,8 @@ def test_every_document_renders_in_every_format(doc, limit):
 
     page = html.render(doc)
     _Strict().feed(page)
-    assert page.count("<svg ") == page.count("</svg>")
+    charts = re.findall(r"<svg .*?</svg>", page, flags=re.S)
+    assert len(charts) == page.count("<svg ") == page.count("</svg>")
+    for chart in charts:  # every chart is well-formed XML: escaped text, quoted attributes, closed elements
+        ET.fromstring(chart)
     assert Document.model_validate_json(doc.model_dump_json()) == doc
