@@ -57,7 +57,7 @@ class _Ids:
 
 def _table(columns: list[str], rows: list[list[Cell]], css_class: str = "",
            row_classes: list[str] | None = None) -> str:
-    head = "".join(f'<th scope="col">{esc(c)}</th>' for c in columns)
+    head = "".join(f'<th scope="col">{text(c)}</th>' for c in columns)
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
@@ -76,7 +76,7 @@ def _data_table(summary: str, columns: list[str], rows: list[list[Cell]]) -> str
 
 def _figure(title: str, desc: str, drawn: svg.Svg, caption: str, data: str) -> str:
     notes = " ".join(esc(n) for n in drawn.notes)
-    cap = " ".join(x for x in (esc(desc), notes, esc(caption)) if x)
+    cap = " ".join(x for x in (esc(desc), notes, text(caption)) if x)
     return (f'<figure><h3>{text(title)}</h3><div class="scroll">{drawn.markup}</div>'
             f"<figcaption>{cap}</figcaption>{data}</figure>")
 
