@@ -11,10 +11,18 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from infra.errors import GateFailed, UsageError
+
+if TYPE_CHECKING:
+    from infra.plan.model import ClusterPlan
+    from infra.project import Project
+    from infra.rollout.journal import Journal
+    from infra.rollout.state import RolloutState
+    from infra.spec import ClusterSpec
 
 
 @click.command("rollout")
@@ -73,7 +81,8 @@ def rollout(stack: str, resume: bool, restart: bool, until_batch: int | None, dr
             journal.close()
 
 
-def _run(spec, plan, project, stack, journal, until_batch, state_dir: Path) -> None:
+def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
+         until_batch: int | None, state_dir: Path) -> None:
     from infra.gates.admission import AdmissionRecord
     from infra.reports import rollout as report
     from infra.rollout.display import make_display
@@ -114,7 +123,7 @@ def _run(spec, plan, project, stack, journal, until_batch, state_dir: Path) -> N
                          f"({why}): {', '.join(outcome.short[:10])}")
 
 
-def _write_records(state_dir: Path, state) -> list[dict]:
+def _write_records(state_dir: Path, state: "RolloutState") -> list[dict]:
     """`<state_dir>/records/<slot>.json`: each slot's latest admission record (derived from the journal)."""
     out = state_dir / "records"
     out.mkdir(parents=True, exist_ok=True)

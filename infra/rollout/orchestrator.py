@@ -286,6 +286,7 @@ class Orchestrator:
         if not want:
             return False
         future = self._ahead.pop(k, None)
+        self._join_ahead()  # one provisioner call at a time (two `pulumi up` on one stack collide)
         started = self._now()
         if future is None:
             fresh = [n for n in want if not (n.stage is S.PROVISIONING and n.shortfall is None)]
@@ -352,6 +353,7 @@ class Orchestrator:
         todo = self._at(k, S.REPLACED)
         if not todo:
             return False
+        self._join_ahead()  # one provisioner call at a time
         started = self._now()
         inventory = self.ports.provisioner.inventory()
         new: dict[str, dict[str, Any]] = {}

@@ -9,6 +9,8 @@ runs whose ring crosses it).
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -55,9 +57,29 @@ class FakeCloud:
     generation: dict[str, int] = field(default_factory=dict)
     preflights: dict[str, int] = field(default_factory=dict)
     remediations: list[tuple[str, str]] = field(default_factory=list)
+    provisioner_overlaps: int = 0  # provisioner calls that started while another was running
+    _busy: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.provisioner_overlaps += self._busy > 0
+            self._busy += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._busy -= 1
 
     # --- Provisioner
     def provision(self, batch: int, slots: Sequence) -> ProvisionResult:
+        self._enter()
+        try:
+            time.sleep(0.02)  # long enough for a second caller to show up, if there is one
+            return self._provision(slots)
+        finally:
+            self._leave()
+
+    def _provision(self, slots: Sequence) -> ProvisionResult:
         out, short = {}, {}
         for s in slots:
             if s.name in self.instances:
@@ -80,12 +102,20 @@ class FakeCloud:
         return inst
 
     def replace(self, slot, action: str) -> Instance:
-        old = self.instances.get(slot.name)
-        self.ledger.append((action, slot.name, old.instance_id if old else ""))
-        return self._launch(slot)
+        self._enter()
+        try:
+            old = self.instances.get(slot.name)
+            self.ledger.append((action, slot.name, old.instance_id if old else ""))
+            return self._launch(slot)
+        finally:
+            self._leave()
 
     def inventory(self) -> Mapping[str, Instance]:
-        return dict(self.instances)
+        self._enter()
+        try:
+            return dict(self.instances)
+        finally:
+            self._leave()
 
     # --- Executor
     def _gen(self, slot: str) -> int:

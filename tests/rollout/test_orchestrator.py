@@ -197,13 +197,16 @@ def test_the_modelled_timeline_with_and_without_pipelining():
 
 def test_threaded_provisioning_ahead_gives_the_same_rollout(tmp_path):
     spec = small_spec(maxFailureRate=0.5)
+
     def cloud():
-        return FakeCloud(faults={SLOT(5): frozenset({"nvlink_down"})}, shortfall_once={SLOT(9)})
+        return FakeCloud(faults={SLOT(5): frozenset({"nvlink_down"}), SLOT(8): frozenset({"efa_missing"})},
+                         shortfall_once={SLOT(9)})
     inline_cloud, threaded_cloud = cloud(), cloud()
     inline = orchestrator(tmp_path / "inline", inline_cloud, spec).run()
     threaded = orchestrator(tmp_path / "threaded", threaded_cloud, spec, threaded=True).run()
     assert stages(threaded) == stages(inline) and threaded.finished and threaded.short == []
     assert sorted(threaded_cloud.ledger) == sorted(inline_cloud.ledger)
+    assert threaded_cloud.provisioner_overlaps == 0  # never two provisioner calls at once
     assert {k: b.durations for k, b in threaded.state.batches.items()} == \
         {k: b.durations for k, b in inline.state.batches.items()}
 
