@@ -231,6 +231,34 @@ class GatesConfig(_Model):
     drift_regression_fraction: float = Field(default=0.05, gt=0, lt=1)
 
 
+class AcceptanceConfig(_Model):
+    """The acceptance stages' bars (storage and network base checks, training smoke, image pre-pull).
+
+    Why here: the floors are stack decisions (a file system may be shared, a smoke model may be
+    swapped), and the defaults are documented next to the checks in infra/gates/acceptance.py.
+    """
+
+    storage_clients: int = Field(default=4, ge=1, le=64)  # fio clients of the storage base check
+    storage_min_share: float = Field(default=0.8, gt=0, le=1)  # of the plan's modelled throughput
+    random_read_min_iops: float = Field(default=1000, gt=0)  # aggregate, 4 KiB random reads
+    random_read_p99_max_ms: float = Field(default=20, gt=0)
+    metadata_min_ops: float = Field(default=500, gt=0)  # aggregate create/stat/remove per second
+    checkpoint_shards: int = Field(default=8, ge=1, le=1024)
+    mgmt_tcp_min_share: float = Field(default=0.5, gt=0, le=1)  # of one ENA card's line rate
+    mgmt_tcp_max_retransmits: int = Field(default=1000, ge=0)
+    mgmt_rtt_max_ms: float = Field(default=0.5, gt=0)
+    mgmt_loss_max_percent: float = Field(default=0, ge=0, le=100)
+    efa_latency_max_us: float = Field(default=30, gt=0)  # fi_pingpong usec/xfer at small messages
+    efa_bw_min_share: float = Field(default=0.7, gt=0, le=1)  # fi_rma_bw vs one EFA card's line rate
+    efa_pairs_per_block: int = Field(default=2, ge=1, le=64)
+    smoke_nodes: int = Field(default=2, ge=2, le=4)
+    smoke_steps: int = Field(default=30, ge=5, le=10_000)
+    smoke_loss_factor: float = Field(default=0.5, gt=0, lt=1)  # the last loss at most this times the first
+    smoke_min_samples_per_second: float | None = Field(default=None, gt=0)  # None: the instance type's floor
+    workload_image: str | None = Field(default=None, pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"
+                                       r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+@sha256:[0-9a-f]{64}$")
+
+
 class PoolConfig(_Model):
     type: Literal["kubernetes", "slurm", "sim"]
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
@@ -363,6 +391,7 @@ class ClusterSpec(_Model):
     model: ModelConfig | None = None
     rollout: RolloutConfig = RolloutConfig()
     gates: GatesConfig = GatesConfig()
+    acceptance: AcceptanceConfig = AcceptanceConfig()
     pool: PoolConfig
     image: ImageConfig = ImageConfig()
     simulator: SimulatorConfig | None = None
