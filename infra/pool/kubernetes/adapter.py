@@ -26,7 +26,7 @@ from infra.pool import transitions
 from infra.pool.kubernetes import nodes as kn
 from infra.pool.kubernetes.api import KubeApi
 from infra.pool.kubernetes.manifests import SYSTEM_NAMESPACE
-from infra.pool.kubernetes.retry import Conflict, RetryPolicy
+from infra.pool.kubernetes.retry import Conflict
 from infra.pool.protocol import LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState, record_summary
 
 LEDGER = "gpufleet-slot-ledger"

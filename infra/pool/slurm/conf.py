@@ -249,7 +249,7 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
                      f"MaxTime={_max_time(spec, p.name)}{limit} Default={'YES' if first else 'NO'} State=UP")
         first = False
     if first:  # no partitions: the whole pool is one queue
-        lines.append(f"PartitionName=all Nodes=ALL MaxTime=INFINITE Default=YES State=UP")
+        lines.append("PartitionName=all Nodes=ALL MaxTime=INFINITE Default=YES State=UP")
     return "\n".join(lines) + "\n"
 
 
