@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -199,7 +199,7 @@ def audit(stack: str, nodes: Sequence[NodePlace], facts: Mapping[str, NodeFacts]
     audited = []
     for p in nodes:
         f = facts.get(p.slot)
-        common = dict(slot=p.slot, instance_id=p.instance_id, partition=p.partition, block=p.block)
+        common: dict[str, Any] = dict(slot=p.slot, instance_id=p.instance_id, partition=p.partition, block=p.block)
         if f is None or f.versions is None:
             audited.append(NodeAudit(collected=False, error=(f.error if f else None) or "no facts came back", **common))
         else:

@@ -199,7 +199,7 @@ def change_findings(changes: Sequence[ResourceChange], *, refresh: bool) -> list
     texts = _OP_TEXT[refresh]
     out = []
     for c in changes:
-        base = _OP_TEXT[refresh].get(c.op) or texts.get(c.op.split("-")[-1], f"{c.op} pending")
+        base = texts.get(c.op) or texts.get(c.op.split("-")[-1], f"{c.op} pending")
         severity = Severity.CRITICAL if c.op in ("delete", "replace", "delete-replaced") and c.type == INSTANCE_TYPE \
             else Severity.HIGH
         subject = f"{c.type}::{c.name}"
@@ -296,12 +296,12 @@ def state_view(deployment: Mapping[str, Any]) -> StateView:
             groups[rid] = [x for d in ("ingress", "egress") for item in out.get(d) or []
                            for x in _inline_rules(d, item, rid)]
         elif typ == SG_RULE_TYPE:
-            gid = out.get("securityGroupId")
+            gid = str(out.get("securityGroupId") or "")
             src = out.get("sourceSecurityGroupId")
             item = {**out, "securityGroups": [src] if src else []}
             extra += [(gid, x) for x in _inline_rules(out.get("type", "ingress"), item, gid)]
         elif typ in (VPC_INGRESS_TYPE, VPC_EGRESS_TYPE):
-            gid = out.get("securityGroupId")
+            gid = str(out.get("securityGroupId") or "")
             src = (out.get("cidrIpv4") or out.get("cidrIpv6") or out.get("prefixListId")
                    or out.get("referencedSecurityGroupId"))
             if src:

@@ -55,9 +55,9 @@ def snapshot(records: Sequence[Mapping[str, Any]], communication: Mapping[str, A
     blocks = {b: round(statistics.median(vs), 2) for b, vs in pairs.items() if vs}
     scales = {k: float(v["median_gbs"]) for k, v in ((communication or {}).get("scales") or {}).items()
               if v.get("median_gbs") is not None}
-    times = [datetime.fromisoformat(str(r["decided_at"]).replace("Z", "+00:00")) for r in admitted if r.get("decided_at")]
+    times = [datetime.fromisoformat(str(r["decided_at"])) for r in admitted if r.get("decided_at")]
     if communication and communication.get("updated_at"):
-        times.append(datetime.fromisoformat(str(communication["updated_at"]).replace("Z", "+00:00")))
+        times.append(datetime.fromisoformat(str(communication["updated_at"])))
     if not (nodes or blocks or scales) or not times:
         return None
     return PerfSnapshot(taken_at=max(times), nodes=nodes, blocks=blocks, scales=scales)

@@ -214,7 +214,7 @@ class Ec2Scanner:
                          templates=self._templates(state), reservations=self._reservations(reservation_ids))
 
     def _instances(self, state: StateView) -> dict[str, CloudInstance]:
-        queries = [("tag", {"Name": f"tag:{t.STACK}", "Values": [self.stack]})]
+        queries: list[tuple[str, dict[str, Any]]] = [("tag", {"Name": f"tag:{t.STACK}", "Values": [self.stack]})]
         if state.subnets:
             queries.append(("subnet", {"Name": "subnet-id", "Values": sorted(state.subnets)}))
         if state.placement_groups:
@@ -226,12 +226,12 @@ class Ec2Scanner:
                 for i in reservation.get("Instances") or []:
                     found.setdefault(i["InstanceId"], (i, []))[1].append(why)
         out = {}
-        for iid, (i, why) in found.items():
+        for iid, (i, reasons) in found.items():
             out[iid] = CloudInstance(
                 id=iid, state=(i.get("State") or {}).get("Name", "unknown"), instance_type=i.get("InstanceType", ""),
                 image_id=i.get("ImageId", ""), subnet_id=i.get("SubnetId"),
                 placement_group=(i.get("Placement") or {}).get("GroupName") or None,
-                tags={x["Key"]: x["Value"] for x in i.get("Tags") or []}, matched_by=tuple(why))
+                tags={x["Key"]: x["Value"] for x in i.get("Tags") or []}, matched_by=tuple(reasons))
         return out
 
     def _rules(self, state: StateView) -> dict[str, tuple]:
@@ -399,7 +399,7 @@ def _tail(text: str, limit: int = 500) -> str:
 class PulumiFleet:
     """`Fleet` from the stack's state: the GPU node instances it holds (as the rollout reads them)."""
 
-    def __init__(self, pulumi: "AutomationPulumi") -> None:
+    def __init__(self, pulumi: AutomationPulumi) -> None:
         self.pulumi = pulumi
 
     def inventory(self) -> Mapping[str, Instance]:

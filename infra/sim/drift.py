@@ -55,7 +55,7 @@ class Injections:
     cloud: dict[str, dict[str, str]] = field(default_factory=dict)  # slot -> instance output field -> cloud value
 
     @classmethod
-    def load(cls, path: Path) -> "Injections":
+    def load(cls, path: Path) -> Injections:
         doc = read_json(path)
         if not isinstance(doc, dict):
             return cls()

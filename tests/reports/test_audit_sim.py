@@ -52,7 +52,7 @@ def _cli(project, *args):
 
 
 def test_the_seeded_fleet_gives_a_mismatch_row_a_mixed_partition_and_block_and_a_node_without_facts(fleet):
-    project, spec, plan, cloud = fleet
+    project, spec, plan, _ = fleet
     report, hosts = _audit(project, spec, plan)
     assert len(report.nodes) == 20 and report.status.value == "drift"
     [node] = report.mismatched
@@ -73,7 +73,7 @@ def test_the_seeded_fleet_gives_a_mismatch_row_a_mixed_partition_and_block_and_a
 
 
 def test_injected_skew_in_another_partition_is_found_with_its_block(fleet):
-    project, spec, plan, cloud = fleet
+    project, spec, plan, _ = fleet
     sd.inject(project, STACK, plan, ["audit20-b0003-n00016"], skew={"dcgm": "4.1.1"})
     report, _ = _audit(project, spec, plan)
     mixed = {(m.scope, m.name, m.component) for m in report.mixed}
@@ -91,7 +91,7 @@ def test_injected_skew_in_another_partition_is_found_with_its_block(fleet):
 
 
 def test_cli_exit_codes_clean_then_skewed_then_hidden(fleet):
-    project, spec, plan, cloud = fleet
+    project, _, _, cloud = fleet
     # replace the two seeded faulty nodes (their replacements are healthy): a clean fleet
     for slot in (SKEWED, DOWN):
         cloud.provisioner.replace(cloud.slots[slot], "terminate")
@@ -123,7 +123,7 @@ def test_cli_exit_codes_clean_then_skewed_then_hidden(fleet):
 
 
 def test_inject_refuses_bad_arguments_before_writing_anything(fleet):
-    project, spec, plan, cloud = fleet
+    project = fleet[0]
     unknown_slot = _cli(project, "sim", "inject", "-s", STACK, "--skew", "nccl=2.27.3", "--slot", "nope")
     assert unknown_slot.exit_code == 2 and "--slot" in unknown_slot.output
     unknown_component = _cli(project, "sim", "inject", "-s", STACK, "--skew", "ncl=2.27.3", "--slot", SKEWED)

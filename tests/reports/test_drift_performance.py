@@ -119,6 +119,6 @@ def test_a_torn_history_line_is_dropped_and_never_ends_up_mid_file(tmp_path):
     assert store.history_path.read_text().count("\n") == 2
 
 
-class _sources:  # noqa: N801 - a Sources with only the baselines the performance layer reads
+class _sources:
     def __init__(self, baselines: StoredBaselines) -> None:
         self.baselines = baselines

@@ -56,7 +56,7 @@ def test_a_clean_simulated_fleet_has_no_drift(clean_fleet):
 
 
 def test_injected_drift_is_reported_in_its_layer_and_named(clean_fleet):
-    project, cloud = clean_fleet
+    project, _ = clean_fleet
     _inject(project, "--orphans", "1")
     _inject(project, "--cloud-change", "instanceType=p5e.48xlarge", "--slot", "audit20-b0001-n00006")
     _inject(project, "--skew", "aws_ofi_nccl=1.14.2", "--changed-task", "aws_ofi_nccl : Install the plugin",
