@@ -197,6 +197,10 @@ from infra.reports.audit_command import audit as _audit_command  # noqa: E402
 main.add_command(_audit_command)
 from infra.sim.drift_command import sim as _sim_command  # noqa: E402
 main.add_command(_sim_command)
+from infra.daytwo.patrol_command import patrol as _patrol_command  # noqa: E402
+main.add_command(_patrol_command)
+from infra.sim.late_command import fault as _sim_fault_command  # noqa: E402
+_sim_command.add_command(_sim_fault_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,6 @@
 """`gpufleet pool -s STACK [--json]`: the pool by state, partition and block, with free whole units;
-`pool up|down` for a simulated stack's local Slurm; `pool clear SLOT`, `pool blacklist SLOT`.
+`pool up|down` for a simulated stack's local Slurm; `pool clear|blacklist|replace SLOT --reason WHY`
+(journaled day-two changes, `infra.daytwo.lifecycle`).
 
 The view (`summarize`) is pure: a PoolState and the plan in, a JSON-ready document out.
 """
@@ -194,11 +195,15 @@ def down(ctx: click.Context, stack: str | None) -> None:
 @pool.command()
 @stack_opt
 @click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled with who asked).")
 @click.pass_context
-def clear(ctx: click.Context, stack: str | None, slot: str) -> None:
+def clear(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
     """Forget SLOT's failures; a quarantined or blacklisted slot goes back to pending gates."""
-    the_pool, _ = _pool(_stack_of(ctx, stack))
-    node = the_pool.clear(slot)
+    from infra.daytwo import lifecycle
+    from infra.daytwo.context import open_day_two
+
+    with open_day_two(_stack_of(ctx, stack), "pool clear", pool_only=True, warn=_warn) as d:
+        node = lifecycle.clear(d, slot, reason)
     click.echo(f"{slot}: {node.state.value}, failures {node.failures}")
 
 
@@ -209,6 +214,33 @@ def clear(ctx: click.Context, stack: str | None, slot: str) -> None:
 @click.pass_context
 def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
     """Blacklist SLOT: reported for replacement, never admitted again until `pool clear`."""
-    the_pool, _ = _pool(_stack_of(ctx, stack))
-    node = the_pool.blacklist(slot, reason)
+    from infra.daytwo import lifecycle
+    from infra.daytwo.context import open_day_two
+
+    with open_day_two(_stack_of(ctx, stack), "pool blacklist", pool_only=True, warn=_warn) as d:
+        node = lifecycle.blacklist(d, slot, reason)
     click.echo(f"{slot}: {node.state.value} ({node.reason})")
+
+
+@pool.command()
+@stack_opt
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled with who asked).")
+@click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.pass_context
+def replace(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool) -> None:
+    """Move SLOT to a new instance, gate it fully (configure, preflight, gates, multi-node with
+    admitted partners) and admit it; exit 3 when the new instance fails its gates."""
+    from infra.daytwo import lifecycle
+    from infra.daytwo.context import open_day_two
+    from infra.errors import GateFailed
+
+    with open_day_two(_stack_of(ctx, stack), "pool replace", force_unlock=force_unlock, warn=_warn) as d:
+        node, record, text = lifecycle.replace(d, slot, reason)
+    click.echo(f"{slot}: {text}")
+    if record is None:
+        raise GateFailed(f"{slot}: the replacement instance failed its gates ({node.state.value})")
+
+
+def _warn(message: str) -> None:
+    click.echo(f"gpufleet: warning: {message}", err=True)

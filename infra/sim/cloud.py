@@ -25,6 +25,7 @@ from infra.sim import world as W
 from infra.sim.clock import VirtualClock
 from infra.sim.executor import SimExecutor
 from infra.sim.fabric import SimLauncher
+from infra.sim.late import LATE_FILE, LateFaults
 from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
 from infra.sim.provisioner import SimProvisioner
 from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, versions_key
@@ -100,6 +101,7 @@ class SimulatedCloud:
         self.dir = project.state_dir(stack) / "sim"
         self.ledger = W.Ledger(self.dir / W.LEDGER)
         self.remedies = W.Remedies(self.dir / W.REMEDIES)
+        self.late = LateFaults(self.dir / LATE_FILE)
         self.faults = faults
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
         self.bom = bom
@@ -157,6 +159,8 @@ class SimulatedCloud:
 
     def profile(self, inst: W.SimInstance) -> NodeProfile:
         seeded = self.faults.fault_of(inst.slot, inst.generation)
+        late = self.late.of(inst)  # a fault the node developed after admission (infra.sim.late)
+        seeded = late.kind if late is not None else seeded
         who = NodeIdentity(inst.slot, inst.instance_id, inst.private_ip, inst.batch, inst.block, self.stack)
         return NodeProfile(who=who, generation=inst.generation,
                            fault=active_faults(seeded, self.remedies.of(inst.instance_id)),

@@ -87,9 +87,9 @@ def test_pool_command_on_the_sim_stack(project):
     assert "quarantined" in text and first[4].slot in text and "xid-79: fell off the bus" in text
     out = runner.invoke(main, [*args[:3], "blacklist", "-s", "local", first[0].slot, "--reason", "PDU fault"])
     assert out.exit_code == 0 and "blacklisted (PDU fault)" in out.output
-    out = runner.invoke(main, [*args[:3], "clear", "-s", "local", first[0].slot])
+    out = runner.invoke(main, [*args[:3], "clear", "-s", "local", first[0].slot, "--reason", "PDU fixed"])
     assert out.exit_code == 0 and "pending, failures 0" in out.output
-    out = runner.invoke(main, [*args[:3], "clear", "-s", "local", "local-b9999-n99999"])
+    out = runner.invoke(main, [*args[:3], "clear", "-s", "local", "local-b9999-n99999", "--reason", "x"])
     assert out.exit_code == 1 and "local-b9999-n99999" in out.output
     out = runner.invoke(main, [*args[:3], "up", "-s", "local"])
     assert out.exit_code == 2 and "no local Slurm" in out.output
