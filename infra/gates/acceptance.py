@@ -92,6 +92,36 @@ def _fio(bundle: Bundle, check_id: str, name: str, expected: object) -> fio.FioR
     return run
 
 
+# --- the commands that fill a storage bundle (preflight collectors and tests run these) -----
+
+def fio_commands(directory: str, jobs: int, checkpoint_bytes: int, shards: int, size: str = "4G",
+                 runtime_s: int = 60, metadata_files: int = 2000) -> dict[str, list[str]]:
+    """fio argv per storage bundle file, for one client running `jobs` jobs in `directory`.
+
+    Direct I/O so the page cache does not stand in for the file system; large blocks for the
+    sequential tests, 4 KiB at queue depth 16 for random reads; the metadata engines create,
+    stat and remove the same `md.<job>.<file>` files; the checkpoint writes `checkpoint_bytes` in `shards`
+    parallel files (one fio job each) and ends with an fsync, as a checkpoint writer must.
+    """
+    base = ["fio", f"--directory={directory}", "--output-format=json", "--group_reporting=0"]
+    seq = [*base, "--bs=1M", "--direct=1", "--ioengine=psync", f"--size={size}", f"--numjobs={jobs}"]
+    md = [*base, f"--nrfiles={metadata_files}", "--filesize=4k", "--openfiles=1", "--filename_format=md.$jobnum.$filenum",
+          f"--numjobs={jobs}"]
+    shard = max(1, checkpoint_bytes // shards)
+    return {
+        FIO_SEQ_WRITE: [*seq, "--name=seqwrite", "--rw=write", "--end_fsync=1"],
+        FIO_SEQ_READ: [*seq, "--name=seqwrite", "--rw=read"],  # reads the files seqwrite laid out
+        FIO_RAND_READ: [*base, "--name=seqwrite", "--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio",
+                        "--iodepth=16", f"--size={size}", f"--numjobs={jobs}", f"--runtime={runtime_s}",
+                        "--time_based=0"],
+        FIO_MD_CREATE: [*md, "--name=md", "--ioengine=filecreate", "--create_on_open=1", "--fallocate=none"],
+        FIO_MD_STAT: [*md, "--name=md", "--ioengine=filestat"],
+        FIO_MD_DELETE: [*md, "--name=md", "--ioengine=filedelete"],
+        FIO_CHECKPOINT: [*base, "--name=checkpoint", "--rw=write", "--bs=4M", "--direct=1", "--ioengine=psync",
+                         f"--size={shard}", f"--numjobs={shards}", "--end_fsync=1"],
+    }
+
+
 # --- storage base check --------------------------------------------------------------------
 
 def expected_storage_mbs(plan: StoragePlan, instance: InstanceType, clients: int) -> int:

@@ -94,3 +94,20 @@ def parse_json(text: str) -> FioRun:
     if not jobs:
         problems.append("no jobs in fio output")
     return FioRun(version=doc.get("fio version"), jobs=tuple(jobs), problems=tuple(problems))
+
+
+def merge_outputs(texts: list[str]) -> str:
+    """One document from the fio JSON of several client nodes (their jobs side by side).
+
+    Why: the storage base check runs the same job on each client at once (one srun step over
+    the clients); the file system's throughput is the sum over all of them, so the bundle keeps
+    one file per test with every client's jobs in it.
+    """
+    jobs: list = []
+    version = None
+    for text in texts:
+        start = text.find("{")
+        doc = json.loads(text[start:]) if start >= 0 else {}
+        version = version or doc.get("fio version")
+        jobs.extend(doc.get("jobs") or [])
+    return json.dumps({"fio version": version, "jobs": jobs})
