@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from infra.catalog import InstanceType
 from infra.gates.bundle import Bundle
+from infra.gates.launch import LaunchSpec
 from infra.gates.checks import not_collected
 from infra.gates.parsers import fabtests, fio, iperf3, ping, train
 from infra.gates.parsers.system import parse_nvidia_smi_l
@@ -297,6 +298,24 @@ def _efa_bw(bundle: Bundle, check_id: str, name: str, instance: InstanceType, cf
 
 
 # --- training smoke -------------------------------------------------------------------------
+
+SMOKE_SCRIPT = "images/workloads/train_smoke.py"
+
+
+def smoke_launch_spec(nodes: Sequence[str], ranks_per_node: int, python: str, script: str, data_dir: str,
+                      steps: int, extra: Sequence[str] = (), name: str = "gpufleet-smoke") -> LaunchSpec:
+    """The smoke job as an srun launch spec, run by the pool's launcher like any gate job.
+
+    One task per GPU (`ranks_per_node`); the script reads its rank from SLURM_PROCID and its
+    rendezvous from the launch node's address; `-l` prefixes each line with its rank, which
+    the parser strips.
+    """
+    nodes = tuple(nodes)
+    argv = ("srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
+            f"--ntasks-per-node={ranks_per_node}", "--cpu-bind=none", "-l", "--export=ALL",
+            python, script, f"--data-dir={data_dir}", f"--steps={steps}", *extra)
+    return LaunchSpec(kind="slurm", name=name, nodes=nodes, ranks=len(nodes) * ranks_per_node, env={}, argv=argv)
+
 
 def smoke_floor(instance: InstanceType | None, world_size: int, cfg: AcceptanceConfig) -> float | None:
     if cfg.smoke_min_samples_per_second is not None:
