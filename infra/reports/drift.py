@@ -27,8 +27,8 @@ from typing import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 import infra
-from infra.reports.document import (CaseStatus, Cell, Document, Paragraph, Section, Status, SummaryItem, Table,
-                                    TestCase, TestCases, Tone)
+from infra.reports.document import (CaseStatus, Cell, Document, LineHistory, Paragraph, Section, Series, Status,
+                                    SummaryItem, Table, TestCase, TestCases, Tone)
 
 DRIFT_SCHEMA_VERSION = 1
 SUITE = "gpufleet-drift"
@@ -82,6 +82,15 @@ class LayerStatus(str, Enum):
     SKIPPED = "skipped"  # not asked for (--layer)
 
 
+class BlockHistory(_M):
+    """The performance layer's evidence: median pair busbw per block over the compared runs (oldest
+    first, the latest last), for the regressed blocks and the median over all blocks."""
+
+    runs: list[str]
+    median_of_blocks: list[float | None]
+    regressed: dict[str, list[float | None]] = Field(default_factory=dict)
+
+
 class LayerResult(_M):
     layer: Layer
     status: LayerStatus
@@ -89,15 +98,16 @@ class LayerResult(_M):
     findings: list[Finding] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # why a check could not run
     notes: list[str] = Field(default_factory=list)
+    history: BlockHistory | None = None  # performance only
 
 
 def layer_result(layer: Layer, checks: Sequence[str], findings: Iterable[Finding], errors: Sequence[str] = (),
-                 notes: Sequence[str] = ()) -> LayerResult:
+                 notes: Sequence[str] = (), history: BlockHistory | None = None) -> LayerResult:
     """A layer's status from what ran: any error -> ERROR (even with findings), else DRIFT or CLEAN."""
     found = sort_findings(findings)
     status = LayerStatus.ERROR if errors else LayerStatus.DRIFT if found else LayerStatus.CLEAN
     return LayerResult(layer=layer, status=status, checks=list(checks), findings=found, errors=list(errors),
-                       notes=list(notes))
+                       notes=list(notes), history=history)
 
 
 def skipped(layer: Layer) -> LayerResult:
@@ -182,9 +192,19 @@ def drift_document(report: DriftReport) -> Document:
         elif not layer.errors:
             blocks.append(Paragraph(text="No drift: " + ", ".join(layer.checks) + ".", tone=Tone.GOOD))
         blocks += [Paragraph(text=n) for n in layer.notes]
+        if layer.history is not None and len(layer.history.runs) > 1:
+            blocks.append(_history_chart(layer.history))
         sections.append(Section(title=f"{layer.layer.value}: {layer.status.value}", blocks=blocks))
     sections.append(Section(title="Checks", blocks=[TestCases(title="Drift checks", cases=drift_cases(report))]))
     title = {Status.OK: "no drift", Status.DRIFT: f"{len(findings)} finding(s)",
              Status.ERROR: "incomplete: a layer could not run"}[report.status]
     return Document(kind="drift", title=f"Drift of {report.stack}: {title}", stack=report.stack,
                     generated_at=report.generated_at, status=report.status, summary=summary, sections=sections)
+
+
+def _history_chart(h: BlockHistory) -> LineHistory:
+    series = [Series(name="median of all blocks", values=h.median_of_blocks)]
+    series += [Series(name=f"block {b}", values=v) for b, v in h.regressed.items()]
+    return LineHistory(title="Median pair busbw per block over runs", unit="GB/s", runs=h.runs, series=series,
+                       caption="The regressed blocks against the median of all blocks; the last run is the latest "
+                               "baseline." if h.regressed else "No block regressed; the median of all blocks per run.")

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infra.reports.drift import Finding, Layer, Severity
+from infra.reports.drift import BlockHistory, Finding, Layer, Severity
 
 PERF_SNAPSHOT_SCHEMA_VERSION = 1
 REGRESSION = "baseline-regression"
@@ -98,3 +98,14 @@ def regressions(current: PerfSnapshot, history: Sequence[PerfSnapshot], fraction
             message=f"{_WHAT[kind]} of {_LABEL[kind].format(name)} is {value:.2f} GB/s, {drop:.1%} below the median "
                     f"{reference:.2f} GB/s of its last {len(values)} run(s) (threshold {fraction:.0%})"))
     return out
+
+
+def block_history(current: PerfSnapshot, history: Sequence[PerfSnapshot], regressed: Sequence[str],
+                  window: int = DEFAULT_WINDOW) -> BlockHistory:
+    """The runs compared (the last `window` earlier snapshots and the current one) as block series."""
+    runs = [h for h in sorted(history, key=lambda h: h.taken_at) if h.taken_at < current.taken_at][-window:]
+    runs.append(current)
+    return BlockHistory(
+        runs=[r.taken_at.strftime("%Y-%m-%d %H:%M") for r in runs],
+        median_of_blocks=[round(statistics.median(r.blocks.values()), 2) if r.blocks else None for r in runs],
+        regressed={b: [r.blocks.get(b) for r in runs] for b in regressed})

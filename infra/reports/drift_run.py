@@ -16,8 +16,8 @@ from infra.plan.model import ClusterPlan
 from infra.project import Project
 from infra.reports import drift_cloud as dc
 from infra.reports.audit_run import collect_audit
-from infra.reports.drift import LAYERS, DriftReport, Finding, Layer, LayerResult, layer_result, skipped
-from infra.reports.drift_performance import DEFAULT_WINDOW, REGRESSION, regressions
+from infra.reports.drift import LAYERS, BlockHistory, DriftReport, Finding, Layer, LayerResult, layer_result, skipped
+from infra.reports.drift_performance import DEFAULT_WINDOW, REGRESSION, block_history, regressions
 from infra.reports.drift_software import CHECK_MODE, VERSIONS, check_mode_findings, version_findings
 from infra.reports.sources import DEFAULT_EXPIRY_WARNING, Sources
 from infra.spec import CapacityType, ClusterSpec
@@ -46,6 +46,7 @@ class _Layer:
         self.findings: list[Finding] = []
         self.errors: list[str] = []
         self.notes: list[str] = []
+        self.history: BlockHistory | None = None
 
     def run(self, checks: list[str], fn: Callable[[], list[Finding]]) -> bool:
         try:
@@ -57,7 +58,7 @@ class _Layer:
         return True
 
     def result(self) -> LayerResult:
-        return layer_result(self.layer, self.checks, self.findings, self.errors, self.notes)
+        return layer_result(self.layer, self.checks, self.findings, self.errors, self.notes, self.history)
 
 
 def cloud_layer(spec: ClusterSpec, sources: Sources, now: datetime, options: DriftOptions) -> LayerResult:
@@ -105,6 +106,8 @@ def performance_layer(sources: Sources, options: DriftOptions) -> LayerResult:
             return []
         history = [h for h in sources.baselines.history() if h.taken_at < current.taken_at]
         found = regressions(current, history, options.regression_fraction, options.window)
+        acc.history = block_history(current, history, [f.subject.removeprefix("block ") for f in found
+                                                      if f.subject.startswith("block ")], options.window)
         sources.baselines.record(current)
         acc.notes.append(f"Baselines of {current.taken_at.isoformat()} ({len(current.nodes)} node(s), "
                          f"{len(current.blocks)} block(s), {len(current.scales)} scale(s)) against "

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from infra.gates.admission import AdmissionRecord, BusbwFigures
 from infra.gates.verdict import Action, Verdict
-from infra.reports.drift import LayerStatus
+from infra.reports.document import LineHistory
+from infra.reports.drift import DriftReport, LayerStatus, drift_document
 from infra.reports.drift_performance import PerfSnapshot, regressions, snapshot
 from infra.reports.drift_run import DriftOptions, performance_layer
 from infra.reports.sources import StoredBaselines
+from infra.reports.write import render_all
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=timezone.utc)
 BLOCKS, PER_BLOCK = 3, 4
@@ -76,6 +78,15 @@ def test_one_regressing_block_over_a_history_of_runs_is_found_and_only_it(tmp_pa
     assert (f.check, f.subject, f.field) == ("baseline-regression", "block 1", "median pair busbw")
     assert "below the median" in f.message and "of its last 5 run(s)" in f.message
     assert len(store.history()) == 6
+    # the evidence: block 1's series against the median of all blocks over the compared runs
+    h = result.history
+    assert h is not None and len(h.runs) == 6 and list(h.regressed) == ["1"]
+    assert h.regressed["1"][-1] < 0.9 * h.median_of_blocks[-1] and all(v > 90 for v in h.regressed["1"][:-1])
+    doc = drift_document(DriftReport(stack="gpu", generated_at=T0, layers=[result]))
+    [chart] = [b for s in doc.sections for b in s.blocks if isinstance(b, LineHistory)]
+    assert [x.name for x in chart.series] == ["median of all blocks", "block 1"] and chart.runs == h.runs
+    html = render_all(doc, result, ["html"])["html"]
+    assert "<svg" in html and "block 1" in html
 
     # the regressed run is history now: a block back to normal is clean again (the median resists one bad run)
     _run(tmp_path, 6, rng)
