@@ -316,3 +316,20 @@ def test_the_drift_command_exits_1_when_a_layer_cannot_run(tmp_path, monkeypatch
     assert "finding(s) in the others" in r.output  # the refresh's drift is still reported
     md = (project.reports_dir("dev") / "drift.md").read_text()
     assert "Could not run" in md and "incomplete" in md
+
+
+def test_the_audit_exits_1_when_the_fleet_cannot_be_read(tmp_path, monkeypatch):
+    project = _cli_project(tmp_path)
+    fake = FakePulumi()
+
+    def export_fails(args, *rest, **kw):
+        if args[:2] == ["stack", "export"]:
+            raise create_command_error(CommandResult(stdout="", stderr="error: no stack named 'gpu' found\n", code=255))
+        return FakePulumi.run(fake, args, *rest, **kw)
+    monkeypatch.setattr(fake, "run", export_fails)
+    sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=_NoEc2())
+    monkeypatch.setattr("infra.reports.sources.stack_sources", lambda *a: sources)
+    r = CliRunner().invoke(main, ["--project", str(project.root), "audit", "-s", "dev"])
+    assert r.exit_code == 1, r.output
+    assert "pulumi stack export failed" in r.output and "no stack named 'gpu'" in r.output
+    assert not (project.reports_dir("dev") / "audit.json").exists()  # no report of a fleet never seen
