@@ -1,0 +1,104 @@
+"""`gpufleet patrol` on a rolled-out simulated stack: idle admitted nodes rechecked, busy ones never
+touched, a node whose tools start reporting an Xid (or whose busbw fell below its own admission)
+quarantined and journaled, a slot failing again blacklisted and reported for replacement."""
+
+from __future__ import annotations
+
+import json
+
+from infra.daytwo.collect import collector_for
+from infra.daytwo.context import open_day_two
+from infra.daytwo.patrol_run import run_patrol
+from infra.project import load_project
+from tests.daytwo.fleet import STACK, admitted, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
+
+
+def patrol(project, *args):
+    return gpufleet(project, "patrol", "-s", STACK, "--json", *args)
+
+
+def test_a_clean_patrol_checks_every_idle_node_and_remembers_when(fleet):
+    out = patrol(fleet)
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output[out.output.index("{"):])
+    everyone = sorted(s for s, n in pool_doc(fleet)["nodes"].items() if n["state"] == "admitted")
+    assert sorted(n["slot"] for n in doc["checked"]) == everyone and all(n["passed"] for n in doc["checked"])
+    assert all(n["busbw_gbs"] == n["admission_busbw_gbs"] for n in doc["checked"])  # same node, same bandwidth
+    last = json.loads((state_dir(fleet) / "patrol" / "last.json").read_text())
+    assert sorted(last) == everyone
+    reports = fleet / "reports" / STACK
+    assert {p.name for p in reports.glob("patrol*")} == {"patrol.json", "patrol.md", "patrol-junit.xml", "patrol.html"}
+    assert [e["type"] for e in daytwo_events(fleet)] == ["patrol"]
+
+
+def test_patrol_skips_busy_nodes_and_quarantines_an_idle_node_with_a_new_xid(fleet):
+    busy, idle = admitted(fleet)[:2]
+    for slot in (busy, idle):
+        assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-48").exit_code == 0
+    set_busy(fleet, busy)
+    out = patrol(fleet)
+    assert out.exit_code == 3, out.output
+    doc = json.loads(out.output[out.output.index("{"):out.output.rindex("}") + 1])
+    assert busy in doc["skipped_busy"] and busy not in {n["slot"] for n in doc["checked"]}
+    assert list(doc["quarantined"]) == [idle] and doc["quarantined"][idle]["reason_code"] == "xid-48"
+    nodes = pool_doc(fleet)["nodes"]
+    assert nodes[busy]["state"] == "admitted" and nodes[idle]["state"] == "quarantined"
+    change = [e for e in daytwo_events(fleet) if e["type"] == "pool"]
+    assert [(e["slot"], e["action"], e["source"], e["who"]) for e in change] == [
+        (idle, "quarantine", "patrol", "alice@ops")]
+    junit = (fleet / "reports" / STACK / "patrol-junit.xml").read_text()
+    assert f'classname="patrol.{idle}"' in junit and "xid-48" in junit
+
+
+def test_a_slowed_node_fails_against_its_own_admission_busbw(fleet):
+    slot = admitted(fleet)[2]
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "slow-nvlink").exit_code == 0
+    out = patrol(fleet)
+    assert out.exit_code == 3
+    assert pool_doc(fleet)["nodes"][slot]["reason_code"] == "busbw-regressed"
+
+
+def test_an_xid_that_appeared_while_the_node_was_busy_is_found_once_it_is_idle(fleet):
+    slot = admitted(fleet)[4]
+    assert patrol(fleet).exit_code == 0  # every node's last patrol recorded
+    set_busy(fleet, slot)
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-119").exit_code == 0
+    assert patrol(fleet).exit_code == 0  # busy: skipped, and its last patrol time is kept
+    set_busy(fleet, slot, False)
+    out = patrol(fleet)
+    assert out.exit_code == 3  # its kernel log since its last patrol holds the Xid
+    assert pool_doc(fleet)["nodes"][slot]["reason_code"] == "xid-119"
+    assert patrol(fleet).exit_code == 0  # a quarantined node is no longer patrolled
+
+
+def test_a_slot_that_fails_again_is_blacklisted_and_reported_for_replacement(fleet):
+    slot = admitted(fleet)[6]
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-79").exit_code == 0
+    assert patrol(fleet).exit_code == 3  # failure 1: quarantined
+    out = gpufleet(fleet, "pool", "replace", "-s", STACK, slot, "--reason", "patrol found xid 79")
+    assert out.exit_code == 0, out.output  # the fault was the instance's: the new one passes
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "efa-missing").exit_code == 0
+    out = gpufleet(fleet, "patrol", "-s", STACK)
+    assert out.exit_code == 3
+    assert f"replace {slot}" in out.output
+    node = pool_doc(fleet)["nodes"][slot]
+    assert node["state"] == "blacklisted" and node["failures"] == 2
+    md = (fleet / "reports" / STACK / "patrol.md").read_text()
+    assert "Blacklisted, to replace" in md and slot in md
+
+
+def test_a_node_that_turns_busy_during_the_patrol_is_deferred_not_quarantined(fleet):
+    slot = admitted(fleet)[8]
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-48").exit_code == 0
+    with open_day_two(STACK, "patrol", project=load_project(fleet)) as d:
+        inner = collector_for(d)
+
+        class JobLands:
+            def collect(self, instances, since, dest):
+                result = inner.collect(instances, since, dest)
+                set_busy(fleet, slot)  # the scheduler placed a job while the bundles were collected
+                return result
+
+        outcome = run_patrol(d, JobLands())
+    assert outcome.deferred == [slot] and not outcome.quarantined
+    assert pool_doc(fleet)["nodes"][slot]["state"] == "admitted"
