@@ -105,3 +105,10 @@ def test_train_result_missing_duplicated_or_malformed():
     assert "no smoke result" in train.parse_output("Traceback ...\nRuntimeError: boom\n").problems[0]
     assert "2 smoke result lines" in train.parse_output(f"{_line()}\n{_line()}\n").problems[0]
     assert "malformed" in train.parse_output(_line(loss="high") + "\n").problems[0]
+
+
+def test_fio_outputs_of_several_clients_merge_into_one_document():
+    one = real("fio_seq_write_2jobs_json__fio3.33__captured.json")
+    merged = fio.parse_json(fio.merge_outputs(["fio: a warning\n" + one, one]))
+    assert len(merged.jobs) == 4 and merged.version == "fio-3.33"
+    assert merged.bw_bytes("write") == 2 * fio.parse_json(one).bw_bytes("write")
