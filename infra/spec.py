@@ -294,6 +294,56 @@ class ImageConfig(_Model):
         return self
 
 
+class UpgradeConfig(_Model):
+    """Grey upgrades of a live pool (`gpufleet upgrade`): whole blocks per group, the canary group
+    one block, each later group `groupGrowth` times the blocks of the one before, never more than
+    `maxUnavailableUnits` units of a partition out of service at once (partitions not listed:
+    `maxUnavailableFraction` of their units, at least one)."""
+
+    group_growth: float = Field(default=2.0, ge=1.0)
+    max_unavailable_units: dict[str, int] = Field(default_factory=dict)
+    max_unavailable_fraction: float = Field(default=0.1, gt=0, le=1)
+    drain_timeout_s: float = Field(default=3600.0, gt=0)  # running work past this holds the group: it halts
+
+    @field_validator("max_unavailable_units")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if n < 1}
+        if bad:
+            raise ValueError(f"every partition needs at least one unit it may take out of service, got {bad}")
+        return v
+
+
+class OpsConfig(_Model):
+    """Monitoring thresholds (`gpufleet ops rules`) and how far alerts may act on their own (`ops serve`).
+
+    Why here: the operating range and the alert budget are stack decisions; the hardware thresholds
+    (Xid buckets, row remaps) come from the gates and are not repeated here.
+    """
+
+    util_min_percent: float = Field(default=70, ge=0, le=100)  # the seed's operating range on busy nodes
+    util_max_percent: float = Field(default=90, ge=0, le=100)
+    memory_max_fraction: float = Field(default=0.9, gt=0, le=1)
+    error_window_minutes: int = Field(default=10, ge=1, le=1440)  # NVLink/EFA error counters' increase window
+    nvlink_crc_errors_max: int = Field(default=100, ge=0)  # per GPU within the window
+    efa_errors_max: int = Field(default=100, ge=0)  # per EFA device within the window
+    slowdown_minutes: int = Field(default=10, ge=1, le=1440)  # a hardware slowdown held this long
+    utilisation_minutes: int = Field(default=30, ge=1, le=1440)
+    scrape_missing_minutes: int = Field(default=5, ge=1, le=1440)
+    dcgm_exporter_port: int = Field(default=9400, ge=1, le=65535)
+    node_exporter_port: int = Field(default=9100, ge=1, le=65535)
+    # `ops serve`: alerts quarantine at most this share of a partition (quarantined or blacklisted by
+    # anyone); beyond it they page, so a fleet-wide alert (a bad rule, an outage) never drains it
+    max_quarantine_share: float = Field(default=0.1, gt=0, le=1)
+    page_command: tuple[str, ...] = ()  # argv run with the page as JSON on stdin; empty: log only
+
+    @model_validator(mode="after")
+    def _range(self) -> "OpsConfig":
+        if self.util_min_percent >= self.util_max_percent:
+            raise ValueError("utilMinPercent must be below utilMaxPercent")
+        return self
+
+
 # --- simulator ----------------------------------------------------------------------------
 
 SimFaultKind = Literal[
@@ -395,6 +445,8 @@ class ClusterSpec(_Model):
     pool: PoolConfig
     image: ImageConfig = ImageConfig()
     simulator: SimulatorConfig | None = None
+    ops: OpsConfig = OpsConfig()
+    upgrade: UpgradeConfig = UpgradeConfig()
 
     @property
     def simulated(self) -> bool:
