@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 import infra
 from infra.gates import versions as gv
@@ -120,8 +120,10 @@ class AuditReport(_M):
     def mismatched(self) -> list[NodeAudit]:
         return [n for n in self.nodes if n.mismatches]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def status(self) -> Status:
+        """In the JSON too, so a pipeline reads the outcome without re-deriving it."""
         return Status.DRIFT if (self.mixed or self.uncollected or self.mismatched) else Status.OK
 
 

@@ -24,7 +24,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 import infra
 from infra.reports.document import (CaseStatus, Cell, Document, LineHistory, Paragraph, Section, Series, Status,
@@ -130,8 +130,10 @@ class DriftReport(_M):
     def findings(self) -> list[Finding]:
         return sort_findings(f for layer in self.layers for f in layer.findings)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def status(self) -> Status:
+        """In the JSON too, so a pipeline reads the outcome without re-deriving it."""
         if any(layer.status is LayerStatus.ERROR for layer in self.layers):
             return Status.ERROR
         return Status.DRIFT if self.findings else Status.OK

@@ -52,8 +52,7 @@ STACK_TYPE = "pulumi:pulumi:Stack"
 PREVIEW_CHANGE_OPS = {"create", "update", "replace", "create-replacement", "delete", "delete-replaced", "import",
                       "import-replacement", "read-replacement"}
 REFRESH_CHANGE_OPS = {"update", "delete", "replace"}
-_OP_RANK = {"replace": 0, "create-replacement": 1, "delete-replaced": 1, "delete": 2, "create": 2, "import": 3,
-            "update": 4, "refresh": 5}
+_OP_RANK = {"replace": 0, "delete": 1, "create": 1, "import": 2, "update": 3}  # the strongest step names the change
 
 
 # ------------------------------------------------------------------ engine steps
@@ -171,7 +170,7 @@ def resource_changes(steps: Iterable[StepView], *, refresh: bool) -> list[Resour
         changed = s.op in ops or (s.op == "refresh" and bool(s.diffs or s.detailed))
         if not changed:
             continue
-        op = "update" if s.op == "refresh" else s.op
+        op = _SAME_AS.get(s.op, s.op)
         prev = best.get(s.urn)
         fields = dict(prev[2]) if prev else {}
         for fc in _field_changes(s):
@@ -186,11 +185,14 @@ _OP_TEXT = {
     False: {"create": "in code, not in the state (an update would create it)",
             "delete": "in the state, not in code (an update would delete it)",
             "replace": "code differs from the state; an update would replace it",
-            "update": "code differs from the state"},
+            "update": "code differs from the state",
+            "import": "in code as an import, not in the state (an update would import it)"},
     True: {"delete": "in the state, gone from the cloud",
            "update": "the cloud differs from the state",
            "replace": "the cloud differs from the state"},
 }
+_SAME_AS = {"create-replacement": "replace", "delete-replaced": "replace", "read-replacement": "replace",
+            "import-replacement": "replace", "refresh": "update"}  # the op a person reads for each engine step
 
 
 def change_findings(changes: Sequence[ResourceChange], *, refresh: bool) -> list[Finding]:
@@ -199,9 +201,8 @@ def change_findings(changes: Sequence[ResourceChange], *, refresh: bool) -> list
     texts = _OP_TEXT[refresh]
     out = []
     for c in changes:
-        base = texts.get(c.op) or texts.get(c.op.split("-")[-1], f"{c.op} pending")
-        severity = Severity.CRITICAL if c.op in ("delete", "replace", "delete-replaced") and c.type == INSTANCE_TYPE \
-            else Severity.HIGH
+        base = texts.get(c.op, f"{c.op} pending")
+        severity = Severity.CRITICAL if c.op in ("delete", "replace") and c.type == INSTANCE_TYPE else Severity.HIGH
         subject = f"{c.type}::{c.name}"
         if not c.fields:
             out.append(Finding(layer=Layer.CLOUD, check=check, subject=subject, severity=severity,

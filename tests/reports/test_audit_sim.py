@@ -99,7 +99,7 @@ def test_cli_exit_codes_clean_then_skewed_then_hidden(fleet):
     assert clean.exit_code == 0, clean.output
     assert "nccl" in clean.output and "2.27.5: 20" in clean.output
     written = json.loads((project.reports_dir(STACK) / "audit.json").read_text())
-    assert written["schema_version"] == 1 and len(written["nodes"]) == 20
+    assert written["schema_version"] == 1 and written["status"] == "ok" and len(written["nodes"]) == 20
     for suffix in (".md", "-junit.xml", ".html"):
         assert (project.reports_dir(STACK) / f"audit{suffix}").is_file()
 
@@ -115,6 +115,7 @@ def test_cli_exit_codes_clean_then_skewed_then_hidden(fleet):
     as_json = _cli(project, "audit", "-s", STACK, "--json", "--out", str(project.root / "out"))
     assert as_json.exit_code == 4
     doc = json.loads(as_json.stdout)
+    assert doc["status"] == "drift"
     assert [n["slot"] for n in doc["nodes"] if not n["collected"]] == ["audit20-b0002-n00010"]
     assert (project.root / "out" / "audit.json").is_file()
 

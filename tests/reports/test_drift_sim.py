@@ -50,6 +50,7 @@ def test_a_clean_simulated_fleet_has_no_drift(clean_fleet):
     r = _drift(project)
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
+    assert doc["status"] == "ok" and doc["schema_version"] == 1
     assert [(x["layer"], x["status"]) for x in doc["layers"]] == [
         ("cloud", "clean"), ("software", "clean"), ("performance", "clean")]
     assert "No baselines stored yet" in doc["layers"][2]["notes"][0]  # no rollout ran: nothing measured
@@ -64,6 +65,7 @@ def test_injected_drift_is_reported_in_its_layer_and_named(clean_fleet):
     r = _drift(project)
     assert r.exit_code == 4, r.output
     doc = json.loads(r.stdout)
+    assert doc["status"] == "drift"
     layers = {x["layer"]: x for x in doc["layers"]}
     assert layers["performance"]["status"] == "clean"
     cloud_found = sorted((f["check"], f["field"], f["expected"], f["found"]) for f in layers["cloud"]["findings"])
