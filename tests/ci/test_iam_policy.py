@@ -222,3 +222,11 @@ def test_roles_are_passed_only_to_ec2_and_eks(policy: Policy) -> None:
     for s in grants:
         assert set(s.condition_values("iam:PassedToService")) <= {"ec2.amazonaws.com", "eks.amazonaws.com"}
         assert s.condition_values(RESOURCE_TAG) == [PRINCIPAL_STACK]
+
+
+def test_tags_on_create_cover_exactly_the_ec2_creates(policy: Policy) -> None:
+    """`ec2:CreateAction` takes bare API names (RunInstances, not ec2:RunInstances), one per tagged create."""
+    creates = {a for s in policy.statements if s.condition_values(REQUEST_TAG) for a in s.actions
+               if a.startswith("ec2:")}
+    on_create = set(policy.statement("Ec2TagOnCreate").condition_values("ec2:CreateAction"))
+    assert on_create == {a.split(":", 1)[1] for a in creates}

@@ -213,7 +213,7 @@ def test_dev_rolls_out_on_main_and_prod_only_after_dev_behind_an_environment(rol
     assert prod["environment"] == "prod", "required reviewers live on the `prod` environment"
     assert dev["environment"] == "dev"
     for stack, job in (("dev", dev), ("prod", prod)):
-        assert f'gpufleet rollout -s "$STACK" --resume' in _runs(job) and job["env"]["STACK"] == stack
+        assert 'gpufleet rollout -s "$STACK" --resume' in _runs(job) and job["env"]["STACK"] == stack
         upload = _step_uses(job, "actions/upload-artifact@")
         assert upload and upload[0]["with"]["path"] == f"reports/{stack}/" and upload[0]["if"] == "${{ always() }}"
 
