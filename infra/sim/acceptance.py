@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from infra.catalog import InstanceType
 from infra.gates import acceptance as A
+from infra.gates.bundle import FileRecord, Manifest, write_bundle
 from infra.plan.model import StoragePlan
 from infra.plan.storage import MB, TIB
 from infra.spec import AcceptanceConfig, StorageConfig
@@ -217,3 +219,45 @@ def image_outputs(image: str, gpu_model: str, gpus: int, present: bool = True) -
     smi_l = "".join(f"GPU {i}: {gpu_model} (UUID: GPU-{i:08x}-5eed-5eed-5eed-{i:012x})\n" for i in range(gpus))
     return {A.IMAGE_PRESENT: f"{image}\n" if present else "", A.IMAGE_GPUS: smi_l if present else
             f"ctr: image \"{image}\": not found\n"}
+
+
+class SimAcceptanceCollector:
+    """Writes each acceptance stage's bundle as the real collectors would, from the outputs above."""
+
+    def __init__(self, storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
+                 seed: int, faults: AcceptanceFaults = AcceptanceFaults()) -> None:
+        self.storage, self.plan, self.instance, self.cfg = storage, plan, instance, cfg
+        self.seed, self.faults = seed, faults
+
+    def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
+        rng = random.Random(f"{self.seed}:{stage}")
+        if stage == "storage":
+            files = storage_outputs(self.storage, self.plan, self.instance, self.cfg, rng, self.faults)
+            commands = {name: " ".join(argv) for name, argv in A.fio_commands(
+                self.storage_mount, self.cfg.storage_clients, int(self.storage.checkpoint_tib * TIB),
+                self.cfg.checkpoint_shards).items()}
+        elif stage == "network":
+            addresses = {n: f"10.0.{i // 250}.{i % 250 + 4}" for i, n in enumerate(nodes)}
+            files = network_outputs(pairs, addresses, self.instance, self.cfg, rng, self.faults)
+            commands = {}
+            for a, b in pairs:
+                f = A.pair_files(a, b)
+                commands.update({f["iperf3"]: f"iperf3 -c {addresses[b]} -t 10 -P 8 -J",
+                                 f["ping"]: f"ping -c 20 -i 0.2 {addresses[b]}",
+                                 f["pingpong"]: f"fi_pingpong -p efa -e rdm -I 1000 {addresses[b]}",
+                                 f["rma_bw"]: f"fi_rma_bw -p efa -e rdm -o write {addresses[b]}"})
+        elif stage == "smoke":
+            hosts = [n for n in nodes for _ in range(self.instance.gpus)]
+            floor = A.smoke_floor(self.instance, len(hosts), self.cfg) or 1000.0
+            files = {A.TRAIN_SMOKE: smoke_output(hosts, self.cfg.smoke_steps, rng, floor * rng.uniform(1.3, 1.8),
+                                                 self.faults)}
+            commands = {A.TRAIN_SMOKE: f"srun -l --nodes={len(nodes)} python {A.SMOKE_SCRIPT}"}
+        else:
+            raise ValueError(f"unknown acceptance stage {stage!r}")
+        manifest = Manifest(slot=f"acceptance-{stage}", collected_by="sim",
+                            files={name: FileRecord(command=commands.get(name, ""), exit_code=0) for name in files})
+        return write_bundle(out, files, manifest)
+
+    @property
+    def storage_mount(self) -> str:
+        return f"{self.storage.mount_path.rstrip('/')}/gpufleet-acceptance"

@@ -4,20 +4,22 @@ gradient corruption on one rank is caught by the check."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from infra import catalog
 from infra.gates import acceptance as A
-from infra.gates.bundle import FileRecord, Manifest, write_bundle, read_bundle
+from infra.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
 from infra.gates.verdict import Verdict
 from infra.plan import build_plan
 from infra.pool.slurm.adapter import SlurmLauncher
 from infra.pool.slurm.local import LocalSlurm
+from infra.rollout.acceptance import AcceptanceRunner, LauncherSmokeCollector
 from infra.spec import AcceptanceConfig
 from tests.pool.conftest import ensure_slurm, small_spec
 
@@ -64,15 +66,21 @@ CFG = AcceptanceConfig(smoke_min_samples_per_second=50, smoke_loss_factor=0.5)
 
 
 def test_smoke_job_over_four_slurm_nodes_trains_and_agrees(slurm, tmp_path):
+    """Through the rollout's runner: the launcher's output becomes the bundle, the record and the baseline."""
     cluster, names = slurm
-    result, bundle = run_smoke(cluster, names[:4], tmp_path)
-    assert result.exit_code == 0, result.output[-2000:]
-    checks = A.smoke_checks(bundle, None, CFG)
-    assert all(c.verdict is Verdict.PASS for c in checks), checks
-    base = A.training_baseline(bundle)
+    spec = small_spec().model_copy(update={"acceptance": AcceptanceConfig(
+        smoke_nodes=4, smoke_min_samples_per_second=50, smoke_loss_factor=0.5)})
+    collector = LauncherSmokeCollector(SlurmLauncher(cluster.cli(timeout_s=30)), sys.executable,
+                                       str(ROOT / A.SMOKE_SCRIPT), str(tmp_path / "shared"), ranks_per_node=1,
+                                       steps=25, timeout_s=420)
+    runner = AcceptanceRunner(spec, build_plan(spec), tmp_path / "state", collector,
+                              catalog.get(spec.cluster.instance_type))
+    outcome = runner.smoke(names[:4])
+    assert outcome.passed, [c for c in outcome.checks if c.verdict is not Verdict.PASS]
+    base = json.loads((tmp_path / "state" / "baselines" / "training.json").read_text())
     assert base["world_size"] == 4 and base["backend"] == "gloo" and sorted(base["hosts"]) == sorted(names[:4])
     assert base["last_loss"] <= 0.5 * base["first_loss"]
-    assert list(tmp_path.glob("smoke-dataset-*.pt")), "the dataset was written to the shared folder"
+    assert list((tmp_path / "shared").glob("smoke-dataset-*.pt")), "the dataset was written to the shared folder"
 
 
 def test_a_corrupted_gradient_on_one_rank_is_caught(slurm, tmp_path):
