@@ -46,7 +46,7 @@ def _direction(io_bytes: int, seconds: float, block: int, p50_ns: float, p99_ns:
     bw = int(io_bytes / seconds) if seconds > 0 and io_bytes else 0
     steps = [p50_ns * f for f in (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0, 1.1, 1.2, 1.35)] + \
             [p99_ns * f for f in (0.6, 0.75, 1.0, 1.1, 1.2, 1.25, 1.3)]
-    clat = {"min": int(p50_ns * 0.5), "max": int(p99_ns * 1.4), "mean": round(p50_ns * 1.1, 6),
+    clat: dict[str, object] = {"min": int(p50_ns * 0.5), "max": int(p99_ns * 1.4), "mean": round(p50_ns * 1.1, 6),
             "stddev": round(p50_ns * 0.3, 6), "N": ios}
     if ios:
         clat["percentile"] = {k: int(v) for k, v in zip(PERCENTILES, steps)}
