@@ -79,20 +79,18 @@ def cloud_layer(spec: ClusterSpec, sources: Sources, now: datetime, options: Dri
 def software_layer(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, sources: Sources,
                    now: datetime) -> LayerResult:
     acc = _Layer(Layer.SOFTWARE)
-    hosts_seen: dict = {}
-
-    def versions() -> list[Finding]:
+    try:  # one collection answers both checks (facts and check mode come from one run)
         report, hosts = collect_audit(spec, plan, project, stack, sources, now)
-        hosts_seen["hosts"], hosts_seen["slots"] = hosts, [n.slot for n in report.nodes]
-        if not report.nodes:
-            acc.notes.append("No node has an instance: nothing to compare.")
-        return version_findings(report)
-    if acc.run([VERSIONS], versions):
-        hosts = hosts_seen["hosts"]
-        if hosts is None:
-            acc.notes.append("Check mode is not available from this stack's node source.")
-        else:
-            acc.run([CHECK_MODE], lambda: check_mode_findings(hosts, hosts_seen["slots"]))
+    except (GpufleetError, OSError) as exc:
+        acc.errors.append(f"{VERSIONS}, {CHECK_MODE}: {exc}")
+        return acc.result()
+    if not report.nodes:
+        acc.notes.append("No node has an instance: nothing to compare.")
+    acc.run([VERSIONS], lambda: version_findings(report))
+    if hosts is None:
+        acc.notes.append("Check mode is not available from this stack's node source.")
+    else:
+        acc.run([CHECK_MODE], lambda: check_mode_findings(hosts, [n.slot for n in report.nodes]))
     return acc.result()
 
 

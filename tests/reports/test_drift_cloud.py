@@ -27,7 +27,8 @@ from infra.cli import main
 from infra.project import Project
 from infra.reports import drift_cloud as dc
 from infra.reports.drift import DriftReport, LayerStatus, drift_document
-from infra.reports.drift_run import DriftOptions, cloud_layer
+from infra.plan import build_plan
+from infra.reports.drift_run import DriftOptions, cloud_layer, run_drift
 from infra.reports.sources import Ec2Scanner, Sources, real_sources
 from infra.reports.write import render_all
 from infra.spec import load_stack
@@ -163,8 +164,8 @@ def test_a_failed_program_is_a_layer_that_could_not_run_never_clean(tmp_path):
     assert error.startswith("code-vs-state: pulumi preview --expect-no-changes failed") and "credential" in error
 
 
-def test_a_missing_pulumi_cli_fails_the_cloud_layer_only(tmp_path, monkeypatch):
-    project = Project(root=tmp_path, name="gpufleet", stacks_dir=tmp_path / "stacks")
+def test_a_missing_pulumi_cli_fails_the_layers_that_need_it_and_only_those(tmp_path):
+    project = make_project(tmp_path / "proj")
 
     class Broken(auto.PulumiCommand):
         def __init__(self) -> None:  # no super(): it would exec pulumi
@@ -173,9 +174,15 @@ def test_a_missing_pulumi_cli_fails_the_cloud_layer_only(tmp_path, monkeypatch):
         def run(self, *a, **kw):
             raise FileNotFoundError(2, "No such file or directory", "pulumi")
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=Broken(), ec2=_NoEc2())
-    result = _cloud(sources)
-    assert result.status is LayerStatus.ERROR and len(result.errors) == 3
-    assert all("pulumi stack select gpu failed" in e for e in result.errors)
+    report = run_drift(load_stack("dev"), build_plan(load_stack("dev")), project, STACK, sources, DriftOptions(), _now())
+    cloud, software, performance = report.layers
+    assert cloud.status is LayerStatus.ERROR and len(cloud.errors) == 3
+    assert all("pulumi stack select gpu failed" in e for e in cloud.errors)
+    # the node list comes from the state too: the software layer cannot run either, and says so
+    assert software.status is LayerStatus.ERROR and software.checks == []
+    assert software.errors[0].startswith("version, check-mode: pulumi stack select gpu failed")
+    assert performance.status is LayerStatus.CLEAN  # the stored baselines need no Pulumi
+    assert report.status.value == "error"
 
 
 def _now():
