@@ -101,7 +101,7 @@ def serve(stack: str, listen: str) -> None:
     project, spec = _context(stack)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     the_pool = pool_for(spec, project, stack)
-    httpd = server.serve(host, int(port), lambda note: actions.handle(note, stack).summary(), the_pool.state)
+    httpd = server.serve(host, int(port), lambda note: actions.handle(note, stack, project).summary(), the_pool.state)
     click.echo(f"gpufleet ops serve: stack {stack} on http://{host}:{httpd.server_address[1]}/ "
                f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition)", err=True)
     try:

@@ -1,0 +1,152 @@
+"""`gpufleet ops serve` as a process on 127.0.0.1 against a rolled-out simulated stack (crash40:
+40 admitted nodes in partition train), fed Alertmanager version-4 notifications over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.daytwo.fleet import copy_project, daytwo_events, pool_doc, rolled_out, state_dir
+from tests.ops.alertmanager import alert, notification
+
+STACK = "crash40"
+
+
+@pytest.fixture(scope="module")
+def fleet_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rolled_out(tmp_path_factory.mktemp("ops-fleet"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    def __init__(self, project: Path, port: int, proc: subprocess.Popen[str], log: Path) -> None:
+        self.project, self.url, self.proc, self.log = project, f"http://127.0.0.1:{port}", proc, log
+
+    def post(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        req = urllib.request.Request(self.url + "/", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def send(self, *alerts: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self.post(json.dumps(notification(*alerts)).encode())
+
+    def log_text(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture
+def served(fleet_base: Path, tmp_path: Path) -> Iterator[Served]:
+    project = copy_project(fleet_base, tmp_path / "project")
+    port, log = _free_port(), tmp_path / "serve.log"
+    env = dict(os.environ, GPUFLEET_ACTOR="ops-test")
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "from infra.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
+                                 "--listen", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("ops serve did not listen within 60 s: " + log.read_text())
+    try:
+        yield Served(project, port, proc, log)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _nodes(project: Path) -> dict[str, dict[str, Any]]:
+    return pool_doc(project)["nodes"]
+
+
+def _audit(project: Path) -> list[dict[str, Any]]:
+    path = state_dir(project) / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_firing_node_alert_quarantines_with_the_alert_as_reason_journaled_and_audited(served: Served) -> None:
+    slot = sorted(_nodes(served.project))[7]
+    code, answer = served.send(alert(slot, name="GpuRowRemapFailure"))
+    assert code == 200 and answer["quarantined"] == [slot], answer
+    node = _nodes(served.project)[slot]
+    assert node["state"] == "quarantined" and node["reason_code"] == "GpuRowRemapFailure"
+    event = daytwo_events(served.project)[-1]
+    assert (event["action"], event["slot"], event["source"], event["who"]) == ("quarantine", slot, "alert", "alertmanager")
+    assert event["evidence"]["labels"]["alertname"] == "GpuRowRemapFailure"
+    (entry,) = _audit(served.project)
+    assert (entry["what"], entry["target"], entry["who"]) == ("alert quarantine", slot, "alertmanager")
+    # Alertmanager repeats the notification: nothing more happens
+    assert served.send(alert(slot, name="GpuRowRemapFailure"))[1]["quarantined"] == []
+    assert len(_audit(served.project)) == 1
+
+
+def test_forty_percent_of_a_partition_alerting_quarantines_at_most_the_share(served: Served) -> None:
+    nodes = sorted(_nodes(served.project))
+    assert len(nodes) == 40  # all in partition train; gpufleet:ops.maxQuarantineShare defaults to 10%
+    firing = [alert(s) for s in nodes[:16]]
+    code, answer = served.send(*firing[:10])
+    assert code == 200
+    code, second = served.send(*firing[10:])  # the same outage, a later notification
+    assert code == 200
+    quarantined = [s for s, n in _nodes(served.project).items() if n["state"] == "quarantined"]
+    assert len(quarantined) == 4 == len(answer["quarantined"]) + len(second["quarantined"])
+    assert len(answer["paged"]) + len(second["paged"]) == 12
+    assert served.log_text().count("PAGE stack=crash40") == 12
+
+
+def test_malformed_payloads_get_400_and_a_log_line_never_an_action(served: Served) -> None:
+    before = _nodes(served.project)
+    bad = [b"not json", json.dumps({"version": "3", "alerts": []}).encode(),
+           json.dumps(notification(alert(sorted(_nodes(served.project))[0])) | {"alerts": [{"labels": "x"}]}).encode()]
+    for body in bad:
+        code, answer = served.post(body)
+        assert code == 400 and "error" in answer
+    assert served.log_text().count("rejected a malformed notification") == 3
+    assert _nodes(served.project) == before and _audit(served.project) == []
+
+
+def test_unknown_nodes_are_logged_and_ignored_and_resolved_alerts_never_readmit(served: Served) -> None:
+    slot = sorted(_nodes(served.project))[11]
+    code, answer = served.send(alert("gpu-not-in-this-pool"))
+    assert code == 200 and answer["ignored"][0]["why"] == "not a node of this pool"
+    assert "ignored alert GpuXidFatal for gpu-not-in-this-pool" in served.log_text()
+    served.send(alert(slot))
+    code, answer = served.send(alert(slot, status="resolved"))
+    assert code == 200 and answer["quarantined"] == [] and "readmit" in answer["ignored"][0]["why"]
+    assert _nodes(served.project)[slot]["state"] == "quarantined"
+
+
+def test_metrics_expose_admitted_and_busy_nodes(served: Served) -> None:
+    with urllib.request.urlopen(served.url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    assert text.count('gpufleet_node_admitted{node="crash40-') == 40
+    first = sorted(_nodes(served.project))[0]
+    assert f'gpufleet_node_busy{{node="{first}"}} 0' in text
