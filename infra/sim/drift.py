@@ -5,7 +5,7 @@ What it answers (the Protocols of `infra.reports.sources`):
 - Pulumi: the state is the ledger's running instances; a preview finds nothing (the simulator's
   instances are the real program's, by construction); a refresh shows the injected cloud changes;
 - the cloud scan: the running instances plus injected orphans (tagged for the stack, not in the
-  state); no security groups, launch templates or reservations are modelled;
+  state); no security groups, launch templates, images or reservations are modelled;
 - the nodes: each running node's versions are the BOM's (what `configure` installed), with the
   seeded `version-skew` fault (NCCL one minor behind, as its preflight bundle shows) and injected
   skew on top; an unreachable node, or one told to hide its facts, returns none; check mode
@@ -159,14 +159,15 @@ class SimScanner:
     def scan(self, state: StateView, reservation_ids: Sequence[str]) -> CloudScan:
         c = self.cloud
         tags = t.base_tags(c.stack, c.plan.cluster)
+        ami = c.spec.image.ami_id or ""  # the simulator models no images: empty unless the stack pins one
         found = {inst.instance_id: CloudInstance(
             id=inst.instance_id, state="running", instance_type=self.inj.cloud.get(slot, {}).get("instanceType", c.sku.name),
-            image_id="ami-0sim", subnet_id=None, placement_group=None, tags=t.node_tags(tags, c.slots[slot]),
+            image_id=ami, subnet_id=None, placement_group=None, tags=t.node_tags(tags, c.slots[slot]),
             matched_by=("tag",))
             for slot, inst in c.ledger.current().items()}
         for o in self.inj.orphans:
             found[o["id"]] = CloudInstance(id=o["id"], state="running", instance_type=o.get("instance_type") or c.sku.name,
-                                           image_id="ami-0sim", subnet_id=None, placement_group=None, tags=tags,
+                                           image_id=ami, subnet_id=None, placement_group=None, tags=tags,
                                            matched_by=("tag",))
         return CloudScan(instances=found, rules={}, templates={}, reservations=())
 
