@@ -40,7 +40,7 @@ def stack_for(gpus: int) -> dict:
     if shares[0] < 1 or gpus < 100:  # tiny: one partition
         parts[:] = [{**parts[0], "units": units, "quotaUnits": units}]
     else:
-        for p, u in zip(parts, shares):
+        for p, u in zip(parts, shares, strict=True):
             p.update(units=u, quotaUnits=u)
     sim = cfg["gpufleet:simulator"]
     if gpus < 100:

@@ -116,7 +116,7 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
                                           reason=n.reason if last else "",
                                           replaced=not (last and n.stage is NodeStage.QUARANTINED),
                                           blacklisted=n.blacklisted and last))
-        for old, new in zip(instances, instances[1:]):
+        for old, new in zip(instances, instances[1:], strict=False):
             replacements.append(Replacement(slot=slot, old_instance=old[1], new_instance=new[1]))
     worked = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(state.batches.items())
               if b.durations]

@@ -113,7 +113,7 @@ class NetworkRunner:
         results = self.launcher.run(specs, self.timeout_s)
         if len(results) != len(specs):
             raise PoolError(f"the launcher returned {len(results)} results for {len(specs)} runs")
-        judged = [judge(r, s.nodes, s.ranks, self.settings) for r, s in zip(results, specs)]
+        judged = [judge(r, s.nodes, s.ranks, self.settings) for r, s in zip(results, specs, strict=True)]
         self.runs.extend(judged)
         self.seconds += max((j.seconds for j in judged), default=0.0)
         return judged
