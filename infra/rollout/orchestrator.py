@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from infra.errors import ConfigError
 from infra.gates import bundle as B
@@ -64,6 +64,21 @@ class Options:
     message_bytes: int = 16 * 2**30
 
 
+class StageHooks(Protocol):
+    """Stack-level stages around the batches (the acceptance checks): each returns a halt reason or None.
+
+    Called again on resume until the next batch has started, so they must record their own outcomes
+    and not collect twice (as `infra.rollout.acceptance.AcceptanceRunner` does)."""
+
+    def before_batches(self) -> str | None:
+        """Storage and network base checks, before the first GPU node is provisioned."""
+        ...
+
+    def after_canary(self, admitted: Sequence[str]) -> str | None:
+        """A training smoke job on admitted canary nodes, before batch 2 is provisioned."""
+        ...
+
+
 @dataclass
 class Outcome:
     state: RolloutState
@@ -81,8 +96,9 @@ def remediation_for(codes: Sequence[str]) -> str:
 
 class Orchestrator:
     def __init__(self, plan: ClusterPlan, stack: str, adapters: Adapters, journal: Journal, settings: GateSettings,
-                 state_dir: Path, options: Options = Options()) -> None:
+                 state_dir: Path, options: Options = Options(), hooks: StageHooks | None = None) -> None:
         self.plan, self.stack, self.ports, self.journal = plan, stack, adapters, journal
+        self.hooks = hooks
         self.settings, self.state_dir, self.options = settings, state_dir, options
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
         self.partition_of_block = {b.id: b.partition for b in plan.blocks}
@@ -134,6 +150,8 @@ class Orchestrator:
                 stage = self.state.batch(b.number).stage
                 if stage is BatchStage.PASSED:
                     continue
+                if stage is BatchStage.PENDING and not self._hook_passes(b.number):
+                    break
                 self._run_batch(b.number)
         finally:
             self._join_ahead()
@@ -144,6 +162,20 @@ class Orchestrator:
                 self.state.batch(b.number).stage is BatchStage.PASSED for b in self.plan.batches):
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
+
+    def _hook_passes(self, k: int) -> bool:
+        """The stack-level stage due before batch k starts; a failing one halts the rollout."""
+        if self.hooks is None or k > 2:
+            return True
+        if k == 1:
+            reason = self.hooks.before_batches()
+        else:
+            canary = [n.slot for n in self._nodes(1) if n.stage is S.ADMITTED]
+            reason = self.hooks.after_canary(canary)
+        if reason is None:
+            return True
+        self.journal.append({"type": "rollout", "to": "halted", "reason": reason})
+        return False
 
     def outcome(self) -> Outcome:
         st = self.state

@@ -229,3 +229,40 @@ def test_resuming_with_a_changed_layout_is_refused(tmp_path):
     orchestrator(tmp_path, cloud, small_spec(), until_batch=1).run()
     with pytest.raises(ConfigError, match="layout .* changed"):
         orchestrator(tmp_path, cloud, small_spec(batch_size=2)).run()
+
+
+class Hooks:
+    def __init__(self, before=None, after=None):
+        self.before, self.after, self.calls = before, after, []
+
+    def before_batches(self):
+        self.calls.append("before")
+        return self.before
+
+    def after_canary(self, admitted):
+        self.calls.append(("after", tuple(admitted)))
+        return self.after
+
+
+def test_a_failing_base_check_halts_before_any_node_is_provisioned(tmp_path):
+    cloud = FakeCloud()
+    hooks = Hooks(before="storage: 40% of the modelled throughput")
+    o = orchestrator(tmp_path, cloud)
+    o.hooks = hooks
+    out = o.run()
+    assert out.halted and out.halt_reason.startswith("storage") and cloud.ledger == []
+
+
+def test_a_failing_smoke_job_halts_after_the_canary(tmp_path):
+    cloud = FakeCloud()
+    hooks = Hooks(after="smoke: loss did not fall")
+    o = orchestrator(tmp_path, cloud)
+    o.hooks = hooks
+    out = o.run()
+    assert out.halted and out.state.batches[1].stage is BatchStage.PASSED
+    assert hooks.calls == ["before", ("after", (SLOT(0), SLOT(1), SLOT(2)))]
+    assert {s for _, s, _ in cloud.ledger} == {SLOT(0), SLOT(1), SLOT(2)}
+    passing = Hooks()
+    o = orchestrator(tmp_path / "ok", FakeCloud())
+    o.hooks = passing
+    assert o.run().finished and passing.calls[0] == "before" and passing.calls[1][0] == "after"
