@@ -1,4 +1,4 @@
-"""Shared test helpers: where the project and ../shared live, and the program captured under mocks."""
+"""Shared test helpers: the project root, the nodeadm schema and the program captured under mocks."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from infra.cloud.snapshot import capture_for_snapshot
 from infra.spec import available_stacks
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SHARED = PROJECT_ROOT.parent / "shared"
 
 
 STACKS = available_stacks()
-NODEADM_CRD = SHARED / "schemas" / "nodeadm" / "node.eks.aws_nodeconfigs.yaml"
+NODEADM_CRD = PROJECT_ROOT / "tests" / "fixtures" / "schemas" / "nodeadm" / "node.eks.aws_nodeconfigs.yaml"
 _captures: dict[str, Capture] = {}
 
 
@@ -39,8 +38,6 @@ def cap(request) -> Capture:
 
 @pytest.fixture(scope="session")
 def nodeadm_schema() -> dict:
-    if not NODEADM_CRD.is_file():
-        pytest.skip(f"{NODEADM_CRD} is absent (the shared schemas folder is not next to the repo)")
     import yaml
 
     crd = yaml.safe_load(NODEADM_CRD.read_text())
