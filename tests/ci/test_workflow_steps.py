@@ -104,3 +104,19 @@ def test_drift_exits_4_so_the_step_fails(project: Path) -> None:
     out = subprocess.run([str(BIN / "gpufleet"), "drift", "-s", "local", "--layer", "cloud", "--out", "r"],
                          cwd=project, capture_output=True, text=True, timeout=600)
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("job", ["dev", "prod"])
+def test_rollout_steps_resume_a_fresh_stack_and_report(project: Path, tmp_path: Path, job: str) -> None:
+    """`--resume` on a stack with no journal starts one; the summary step reads the report the rollout wrote.
+    The simulated stack stands in for the job's own (STACK given here, as the job's env gives it)."""
+    summary = tmp_path / "step-summary.md"
+    env = {"STACK": "local", "GITHUB_STEP_SUMMARY": str(summary)}
+    steps = _steps("rollout.yml", job)
+    rollout = next(s for s in steps if "gpufleet rollout" in s.get("run", ""))
+    out = _run(rollout, project, env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "starting a new rollout" in out.stderr
+    assert _run(_step(steps, name="Report to the step summary"), project, env).returncode == 0
+    assert summary.read_text(encoding="utf-8") == (project / "reports" / "local" / "rollout.md").read_text(
+        encoding="utf-8")
