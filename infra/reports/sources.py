@@ -172,9 +172,11 @@ def ec2_client(region: str, retries: Mapping[str, Any] = PRODUCTION_RETRIES, **k
     return boto3.client("ec2", region_name=region, config=Config(retries=dict(retries)), **kw)
 
 
-def _aws(operation: str, fn: Callable[..., Any], **kw: Any) -> Any:
+def _aws(fn: Callable[..., Any], **kw: Any) -> Any:
+    """One boto3 call (a bound client method: the IAM policy test finds it in the syntax tree)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    operation = getattr(fn, "__name__", "call")
     try:
         return fn(**kw)
     except ClientError as exc:
@@ -185,13 +187,12 @@ def _aws(operation: str, fn: Callable[..., Any], **kw: Any) -> Any:
         raise ExternalCommandFailed(f"AWS ec2 {operation}", f"{type(exc).__name__}: {exc}") from None
 
 
-def _pages(ec2: Any, operation: str, key: str, **kw: Any) -> list[dict]:
+def _pages(fn: Callable[..., Any], key: str, **kw: Any) -> list[dict]:
     """Every item of a paginated Describe call (NextToken followed by hand: Stubber-friendly)."""
     out: list[dict] = []
-    fn = getattr(ec2, operation)
     token = None
     while True:
-        page = _aws(operation, fn, **kw, **({"NextToken": token} if token else {}))
+        page = _aws(fn, **kw, **({"NextToken": token} if token else {}))
         out.extend(page.get(key) or [])
         token = page.get("NextToken")
         if not token:
@@ -221,7 +222,7 @@ class Ec2Scanner:
             queries.append(("placement group", {"Name": "placement-group-name", "Values": sorted(state.placement_groups)}))
         found: dict[str, tuple[dict, list[str]]] = {}
         for why, flt in queries:
-            for reservation in _pages(self.ec2, "describe_instances", "Reservations",
+            for reservation in _pages(self.ec2.describe_instances, "Reservations",
                                       Filters=[flt, {"Name": "instance-state-name", "Values": LIVE_STATES}]):
                 for i in reservation.get("Instances") or []:
                     found.setdefault(i["InstanceId"], (i, []))[1].append(why)
@@ -237,7 +238,7 @@ class Ec2Scanner:
     def _rules(self, state: StateView) -> dict[str, tuple]:
         if not state.security_groups:
             return {}
-        groups = _pages(self.ec2, "describe_security_groups", "SecurityGroups",
+        groups = _pages(self.ec2.describe_security_groups, "SecurityGroups",
                         Filters=[{"Name": "group-id", "Values": sorted(state.security_groups)}])
         return {g["GroupId"]: ec2_rules(g) for g in groups}
 
@@ -248,7 +249,7 @@ class Ec2Scanner:
                 wanted.setdefault(m.launch_template_id, set()).add(m.launch_template_version)
         out = {}
         for lt_id, versions in sorted(wanted.items()):
-            for v in _pages(self.ec2, "describe_launch_template_versions", "LaunchTemplateVersions",
+            for v in _pages(self.ec2.describe_launch_template_versions, "LaunchTemplateVersions",
                             LaunchTemplateId=lt_id, Versions=sorted(versions)):
                 data = v.get("LaunchTemplateData") or {}
                 number = str(v.get("VersionNumber"))
@@ -262,7 +263,7 @@ class Ec2Scanner:
     def _reservations(self, ids: Sequence[str]) -> tuple[Reservation, ...]:
         if not ids:
             return ()
-        items = _pages(self.ec2, "describe_capacity_reservations", "CapacityReservations",
+        items = _pages(self.ec2.describe_capacity_reservations, "CapacityReservations",
                        CapacityReservationIds=list(ids))
         return tuple(Reservation(id=r["CapacityReservationId"], state=r.get("State", "unknown"),
                                  reservation_type=r.get("ReservationType", "default"),
