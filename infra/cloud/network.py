@@ -16,12 +16,10 @@ import pulumi_aws as aws
 from infra import tagging as t
 from infra.plan.model import ClusterPlan
 from infra.plan.network import INTERFACE_ENDPOINTS
+from infra.pool.slurm.conf import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports slurm.conf names
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 CONTROL_PLANE_PORTS = (443, 10250)
-SLURMCTLD_PORT = 6817  # nodes -> controller (slurm.conf SlurmctldPort)
-SLURMD_PORT = 6818  # controller -> nodes (slurm.conf SlurmdPort)
-SRUN_PORTS = (60001, 63000)  # nodes -> srun on the controller (slurm.conf SrunPortRange)
 SMALL_SUBNET_PREFIX = 28  # public (NAT) and the second control-plane subnet need few addresses
 
 

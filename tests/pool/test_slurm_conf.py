@@ -56,6 +56,8 @@ def test_the_local_stack_on_slurm_24_11_real_flavour():
     conf = cfg.slurm_conf
     assert "TopologyPlugin=topology/block" in conf and "AuthType=auth/munge" in conf
     assert "SlurmctldHost=slurm-head(10.0.16.10)" in conf and "auth/none" not in conf
+    # the security groups open exactly these ports (infra/cloud/network.py imports them from conf.py)
+    assert "SlurmctldPort=6817" in conf and "SlurmdPort=6818" in conf and "SrunPortRange=60001-63000" in conf
     nodes = _lines(conf, "NodeName")
     assert len(nodes) == plan.topology.blocks
     listed = [n for line in nodes for n in _expand(line.split()[0].split("=", 1)[1])]

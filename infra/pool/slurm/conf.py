@@ -29,6 +29,12 @@ from infra.plan.model import ClusterPlan, PartitionAllocation
 from infra.pool.protocol import PENDING_REASON
 from infra.spec import ClusterSpec, PartitionMode
 
+# The ports a real cluster's slurm.conf names; the security groups (infra/cloud/network.py) open
+# exactly these, so they are defined once, here.
+SLURMCTLD_PORT = 6817  # nodes -> controller
+SLURMD_PORT = 6818  # controller -> nodes
+SRUN_PORTS = (60001, 63000)  # slurmstepd on the nodes -> srun on the controller
+
 TopologyKind = Literal["tree", "block"]
 BLOCK_TOPOLOGY_SINCE = (23, 11)
 MAX_PRIORITY_TIER = 65533  # PriorityTier is a 16-bit value in Slurm
@@ -200,6 +206,9 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "# gpufleet: generated from the plan; do not edit by hand (re-run the slurm role)",
         *common,
         f"SlurmctldHost={flavour.controller_host}({flavour.controller_address})",
+        f"SlurmctldPort={SLURMCTLD_PORT}",
+        f"SlurmdPort={SLURMD_PORT}",
+        f"SrunPortRange={SRUN_PORTS[0]}-{SRUN_PORTS[1]}",  # the only ports the node SG lets back to srun
         "SlurmUser=slurm",
         "AuthType=auth/munge",
         "CredType=cred/munge",
