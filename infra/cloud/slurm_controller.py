@@ -14,8 +14,9 @@
   (`PutSecretValue`, allowed on this secret only); the GPU nodes read it with theirs (their
   role reads secrets under `/gpufleet/<stack>/`). The key exists only on hosts and in Secrets
   Manager: never in Pulumi state, user data or an Ansible variable. An operator may populate it
-  instead (`aws secretsmanager put-secret-value --secret-id <slurmMungeKeySecretArn>
-  --secret-binary fileb://munge.key`), e.g. to reuse an existing key.
+  instead, as the `munge` role reads it: base64 text in SecretString
+  (`aws secretsmanager put-secret-value --secret-id <slurmMungeKeySecretArn>
+  --secret-string "$(base64 -w0 munge.key)"`), e.g. to reuse an existing key.
 
 Outputs (stack exports): `slurmControllerIp`, `slurmControllerInstanceId`, `slurmStateVolumeId`,
 `slurmMungeKeySecretArn`.
