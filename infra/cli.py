@@ -205,6 +205,8 @@ from infra.ops.command import ops as _ops_command  # noqa: E402
 main.add_command(_ops_command)
 from infra.ops.command import history as _history_command  # noqa: E402
 main.add_command(_history_command)
+from infra.ops.command import readmit as _readmit_command  # noqa: E402
+_pool_command.add_command(_readmit_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

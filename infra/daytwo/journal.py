@@ -10,7 +10,7 @@ crash resumes from what was journaled. State is `fold(events)`, nothing else.
 
 Events (the journal adds seq, at, stack, version):
 
-    {"type": "pool", "slot": ..., "action": "blacklist" | "clear" | "quarantine", "who": ..., "why": ...,
+    {"type": "pool", "slot": ..., "action": "blacklist" | "clear" | "quarantine" | "readmit", "who": ..., "why": ...,
      "reason_code": ..., "state": <pool state after>, "failures": n, "source": "operator" | "patrol"}
     {"type": "replace", "slot": ..., "to": "requested", "old_instance": ..., "who": ..., "why": ...}
     {"type": "replace", "slot": ..., "to": "provisioned", "instance_id": ..., "private_ip": ...}
@@ -85,7 +85,7 @@ class DayTwoState:
 
 
 def _pool(state: DayTwoState, e: Mapping[str, Any]) -> None:
-    if e.get("action") not in ("blacklist", "clear", "quarantine"):
+    if e.get("action") not in ("blacklist", "clear", "quarantine", "readmit"):
         raise DayTwoTransitionError(f"unknown pool action {e.get('action')!r}")
     if not e.get("who") or not e.get("why"):
         raise DayTwoTransitionError(f"{e.get('slot')}: a pool change must say who asked and why")

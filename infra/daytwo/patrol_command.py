@@ -24,6 +24,7 @@ def patrol(stack: str, as_json: bool, out_dir: Path | None, force_unlock: bool) 
     """Light recheck of idle admitted nodes; quarantine (and blacklist) the failing ones."""
     from infra.daytwo.collect import collector_for
     from infra.daytwo.context import open_day_two
+    from infra.ops import audit
     from infra.daytwo.patrol_report import write
     from infra.daytwo.patrol_run import run_patrol
 
@@ -33,6 +34,8 @@ def patrol(stack: str, as_json: bool, out_dir: Path | None, force_unlock: bool) 
     with open_day_two(stack, "patrol", force_unlock=force_unlock, warn=warn) as d:
         outcome = run_patrol(d, collector_for(d))
         report, paths = write(outcome, out_dir or d.project.reports_dir(stack))
+        if report.quarantined:
+            audit.day_two(d, "patrol quarantine", "the patrol's gates failed", quarantined=sorted(report.quarantined))
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:

@@ -103,3 +103,8 @@ def read(state_dir: Path, since: datetime | None = None) -> Iterator[dict[str, A
         if since is not None and datetime.fromisoformat(rec["at"]) < since:
             continue
         yield rec
+
+
+def day_two(d: Any, what: str, why: str, target: str | None = None, **details: Any) -> dict[str, Any] | None:
+    """The audit line of a day-two command: stack, state dir and actor from its open stack (`DayTwo`)."""
+    return record(d.state_dir, d.stack, what, why, target=target, who=d.who, details=details)

@@ -135,3 +135,30 @@ def history(stack: str, since: str | None, as_json: bool) -> None:
         else:
             click.echo(f"{rec['at']}  {rec['who']}  {rec['what']}"
                        + (f" {rec['target']}" if rec.get("target") else "") + f": {rec['why']}")
+
+
+@click.command()
+@click.option("-s", "--stack", default=None, help="Stack name: Pulumi.<stack>.yaml")
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled and audited with who asked).")
+@click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.pass_context
+def readmit(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool) -> None:
+    """Send a quarantined SLOT through its gates again: admitted on a passing record, quarantined
+    again (a failure toward its blacklist) otherwise, exit 3. Resolved alerts never re-admit."""
+    from infra.daytwo.context import open_day_two
+    from infra.errors import GateFailed
+    from infra.ops import audit
+    from infra.ops.readmit import readmit as regate
+
+    name = stack or (ctx.parent.params.get("stack") if ctx.parent else None)
+    if not name:
+        raise UsageError("which stack?", field="-s/--stack", expected="gpufleet pool readmit -s STACK SLOT --reason WHY")
+    warn = lambda m: click.echo(f"gpufleet: warning: {m}", err=True)  # noqa: E731
+    with open_day_two(name, "pool readmit", force_unlock=force_unlock, warn=warn) as d:
+        node, record, text = regate(d, slot, reason)
+        audit.record(d.state_dir, name, "pool readmit", reason, target=slot, who=d.who, warn=warn,
+                     details={"state": node.state.value, "outcome": text})
+    click.echo(f"{slot}: {text}")
+    if record is None:
+        raise GateFailed(f"{slot}: failed its gates again ({node.state.value})")

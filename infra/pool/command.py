@@ -201,9 +201,11 @@ def clear(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None
     """Forget SLOT's failures; a quarantined or blacklisted slot goes back to pending gates."""
     from infra.daytwo import lifecycle
     from infra.daytwo.context import open_day_two
+    from infra.ops import audit
 
     with open_day_two(_stack_of(ctx, stack), "pool clear", pool_only=True, warn=_warn) as d:
         node = lifecycle.clear(d, slot, reason)
+        audit.day_two(d, "pool clear", reason, slot, state=node.state.value)
     click.echo(f"{slot}: {node.state.value}, failures {node.failures}")
 
 
@@ -216,9 +218,11 @@ def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str) -> 
     """Blacklist SLOT: reported for replacement, never admitted again until `pool clear`."""
     from infra.daytwo import lifecycle
     from infra.daytwo.context import open_day_two
+    from infra.ops import audit
 
     with open_day_two(_stack_of(ctx, stack), "pool blacklist", pool_only=True, warn=_warn) as d:
         node = lifecycle.blacklist(d, slot, reason)
+        audit.day_two(d, "pool blacklist", reason, slot, state=node.state.value)
     click.echo(f"{slot}: {node.state.value} ({node.reason})")
 
 
@@ -233,10 +237,12 @@ def replace(ctx: click.Context, stack: str | None, slot: str, reason: str, force
     admitted partners) and admit it; exit 3 when the new instance fails its gates."""
     from infra.daytwo import lifecycle
     from infra.daytwo.context import open_day_two
+    from infra.ops import audit
     from infra.errors import GateFailed
 
     with open_day_two(_stack_of(ctx, stack), "pool replace", force_unlock=force_unlock, warn=_warn) as d:
         node, record, text = lifecycle.replace(d, slot, reason)
+        audit.day_two(d, "pool replace", reason, slot, state=node.state.value, outcome=text)
     click.echo(f"{slot}: {text}")
     if record is None:
         raise GateFailed(f"{slot}: the replacement instance failed its gates ({node.state.value})")

@@ -84,6 +84,7 @@ def rollout(stack: str, resume: bool, restart: bool, until_batch: int | None, dr
 def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
          until_batch: int | None, state_dir: Path) -> None:
     from infra.gates.admission import AdmissionRecord
+    from infra.ops import audit
     from infra.reports import rollout as report
     from infra.rollout.display import make_display
     from infra.rollout.orchestrator import Orchestrator
@@ -112,6 +113,9 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     rep = report.build(plan, outcome.state, stack, opts.pipelining, outcome.short if outcome.finished else [],
                        wall_seconds=round(wall, 2))
     paths = report.write(rep, [AdmissionRecord.model_validate(r) for r in records], project.reports_dir(stack))
+    audit.record(state_dir, stack, "rollout", outcome.halt_reason or f"until batch {until_batch or 'all'}",
+                 simulated=spec.simulated, details={"admitted": len(records), "halted": outcome.halted,
+                                                    "short": list(outcome.short)})
     click.echo(_summary(rep, modelled))
     click.echo(f"reports: {', '.join(str(p) for p in paths)}")
     if outcome.halted:

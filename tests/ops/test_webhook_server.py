@@ -17,8 +17,11 @@ def _nodes(project: Path) -> dict[str, dict[str, Any]]:
 
 
 def _audit(project: Path) -> list[dict[str, Any]]:
+    """The entries after the fixture's rollout."""
     path = state_dir(project) / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    assert [e["what"] for e in entries[:1]] == ["rollout"]
+    return entries[1:]
 
 
 def test_a_firing_node_alert_quarantines_with_the_alert_as_reason_journaled_and_audited(served: Served) -> None:
