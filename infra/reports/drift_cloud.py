@@ -354,7 +354,7 @@ class Reservation:
 class CloudScan:
     instances: Mapping[str, CloudInstance]
     rules: Mapping[str, tuple[Rule, ...]]  # group id -> its rules as EC2 has them
-    templates: Mapping[tuple[str, str], TemplateVersion]  # (template id, version) -> data
+    templates: Mapping[tuple[str, str], TemplateVersion | None]  # (template id, version) -> data; None: gone
     reservations: tuple[Reservation, ...]
 
 
@@ -412,10 +412,20 @@ def template_findings(state: StateView, scan: CloudScan) -> list[Finding]:
         inst = scan.instances.get(iid)
         if inst is None or not m.launch_template_id or not m.launch_template_version:
             continue
-        lt = scan.templates.get((m.launch_template_id, m.launch_template_version))
-        if lt is None:
+        key = (m.launch_template_id, m.launch_template_version)
+        if key not in scan.templates:
             continue
+        lt = scan.templates[key]
         who = f"{iid} ({m.slot})" if m.slot else iid
+        if lt is None:
+            out.append(Finding(
+                layer=Layer.CLOUD, check=LT_MISMATCH, subject=who, field="launchTemplate",
+                expected=f"{m.launch_template_id} version {m.launch_template_version}", found=None,
+                severity=Severity.HIGH,
+                message=f"instance {who} was launched from launch template {m.launch_template_id} version "
+                        f"{m.launch_template_version}, which EC2 no longer has (deleted by hand?): a replacement "
+                        "into this slot cannot be launched the same way"))
+            continue
         for what, want, have in (("instanceType", lt.instance_type, inst.instance_type),
                                  ("imageId", lt.image_id, inst.image_id)):
             if want and have and want != have:

@@ -200,6 +200,9 @@ def _pages(fn: Callable[..., Any], key: str, **kw: Any) -> list[dict]:
 
 
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+# DescribeLaunchTemplateVersions' errors for a template or version that no longer exists
+TEMPLATE_GONE = ("InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateId.VersionNotFound",
+                 "InvalidLaunchTemplateName.NotFoundException")
 
 
 class Ec2Scanner:
@@ -242,22 +245,34 @@ class Ec2Scanner:
                         Filters=[{"Name": "group-id", "Values": sorted(state.security_groups)}])
         return {g["GroupId"]: ec2_rules(g) for g in groups}
 
-    def _templates(self, state: StateView) -> dict[tuple[str, str], TemplateVersion]:
+    def _templates(self, state: StateView) -> dict[tuple[str, str], TemplateVersion | None]:
+        """(template id, version as the state names it) -> its data; None when EC2 no longer has it
+        (a template or version deleted by hand is a finding, not a failed scan)."""
         wanted: dict[str, set[str]] = {}
         for m in state.instances.values():
             if m.launch_template_id and m.launch_template_version:
                 wanted.setdefault(m.launch_template_id, set()).add(m.launch_template_version)
-        out = {}
+        out: dict[tuple[str, str], TemplateVersion | None] = {}
         for lt_id, versions in sorted(wanted.items()):
-            for v in _pages(self.ec2.describe_launch_template_versions, "LaunchTemplateVersions",
-                            LaunchTemplateId=lt_id, Versions=sorted(versions)):
-                data = v.get("LaunchTemplateData") or {}
-                number = str(v.get("VersionNumber"))
-                tv = TemplateVersion(id=lt_id, version=number, instance_type=data.get("InstanceType"),
-                                     image_id=data.get("ImageId"))
-                out[(lt_id, number)] = tv
-                if v.get("DefaultVersion"):
-                    out[(lt_id, "$Default")] = tv
+            # numbered versions in one call; an alias ($Latest, $Default) on its own, so the answer is its own
+            calls = [sorted(v for v in versions if not v.startswith("$"))] + [[v] for v in sorted(versions)
+                                                                              if v.startswith("$")]
+            for asked in (c for c in calls if c):
+                try:
+                    found = _pages(self.ec2.describe_launch_template_versions, "LaunchTemplateVersions",
+                                   LaunchTemplateId=lt_id, Versions=asked)
+                except ExternalCommandFailed as exc:
+                    if not exc.detail.startswith(TEMPLATE_GONE):
+                        raise
+                    found = []
+                for v in found:
+                    data = v.get("LaunchTemplateData") or {}
+                    number = str(v.get("VersionNumber"))
+                    tv = TemplateVersion(id=lt_id, version=number, instance_type=data.get("InstanceType"),
+                                         image_id=data.get("ImageId"))
+                    out[(lt_id, asked[0] if asked[0].startswith("$") else number)] = tv
+                for version in asked:
+                    out.setdefault((lt_id, version), None)
         return out
 
     def _reservations(self, ids: Sequence[str]) -> tuple[Reservation, ...]:

@@ -122,3 +122,33 @@ def test_the_stacks_reserved_capacity_and_the_production_client():
     client = ec2_client("us-east-1")
     assert client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 11}  # botocore: 10 retries
     assert client.meta.region_name == "us-east-1"
+
+
+def test_a_template_alias_is_asked_on_its_own_and_a_deleted_template_is_a_finding():
+    ec2 = _client()
+    stub = Stubber(ec2)
+    state = {"deployment": {"resources": [
+        {"type": dc.INSTANCE_TYPE, "id": "i-0aaa", "urn": "urn:x::a", "outputs": {
+            "tags": {"gpufleet.io/slot": "a"}, "launchTemplate": {"id": "lt-1", "version": "$Latest"}}},
+        {"type": dc.INSTANCE_TYPE, "id": "i-0bbb", "urn": "urn:x::b", "outputs": {
+            "tags": {"gpufleet.io/slot": "b"}, "launchTemplate": {"id": "lt-2", "version": "4"}}},
+    ]}}
+    resized = {**_instance("i-0aaa", {"gpufleet.io/stack": STACK}), "InstanceType": "p5.48xlarge"}
+    stub.add_response("describe_instances", {"Reservations": [{"ReservationId": "r-1", "Instances": [
+        resized, _instance("i-0bbb", {"gpufleet.io/stack": STACK})]}]},
+        {"Filters": [{"Name": "tag:gpufleet.io/stack", "Values": [STACK]}, LIVE]})
+    stub.add_response("describe_launch_template_versions", {"LaunchTemplateVersions": [
+        {"LaunchTemplateId": "lt-1", "VersionNumber": 7, "DefaultVersion": False,
+         "LaunchTemplateData": {"InstanceType": "p5en.48xlarge", "ImageId": "ami-0a1b2c3d4e5f60001"}}]},
+        {"LaunchTemplateId": "lt-1", "Versions": ["$Latest"]})
+    stub.add_client_error("describe_launch_template_versions", service_error_code="InvalidLaunchTemplateId.NotFound",
+                          service_message="The specified launch template, with template ID lt-2, does not exist.",
+                          expected_params={"LaunchTemplateId": "lt-2", "Versions": ["4"]})
+    view = dc.state_view(state)
+    with stub:
+        scan = Ec2Scanner(ec2, STACK).scan(view, ())
+        stub.assert_no_pending_responses()
+    found = dc.unmanaged_findings(view, scan, NOW, timedelta(hours=72))
+    assert sorted((f.subject, f.field, f.expected, f.found) for f in found) == [
+        ("i-0aaa (a)", "instanceType", "p5en.48xlarge", "p5.48xlarge"),
+        ("i-0bbb (b)", "launchTemplate", "lt-2 version 4", None)]
