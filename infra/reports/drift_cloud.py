@@ -442,7 +442,12 @@ def capacity_findings(scan: CloudScan, now: datetime, warn_within: timedelta) ->
     for r in scan.reservations:
         kind = "capacity block" if r.reservation_type == "capacity-block" else "capacity reservation"
         ends = r.end_date.isoformat() if r.end_date else "no end date"
-        if r.state not in ("active", "scheduled", "payment-pending"):
+        if r.state == "not-found":
+            out.append(Finding(layer=Layer.CLOUD, check=CAPACITY, subject=r.id, field="state", expected="active",
+                               found=r.state, severity=Severity.CRITICAL,
+                               message=f"the stack targets capacity {r.id}, which EC2 does not know in this region: "
+                                       "its nodes cannot be replaced on reserved capacity"))
+        elif r.state not in ("active", "scheduled", "payment-pending"):
             out.append(Finding(layer=Layer.CLOUD, check=CAPACITY, subject=r.id, field="state", expected="active",
                                found=r.state, severity=Severity.CRITICAL,
                                message=f"{kind} {r.id} ({r.total} x {r.instance_type}) is {r.state}: its nodes "

@@ -203,6 +203,7 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # DescribeLaunchTemplateVersions' errors for a template or version that no longer exists
 TEMPLATE_GONE = ("InvalidLaunchTemplateId.NotFound", "InvalidLaunchTemplateId.VersionNotFound",
                  "InvalidLaunchTemplateName.NotFoundException")
+RESERVATION_GONE = ("InvalidCapacityReservationId.NotFound",)
 
 
 class Ec2Scanner:
@@ -276,14 +277,30 @@ class Ec2Scanner:
         return out
 
     def _reservations(self, ids: Sequence[str]) -> tuple[Reservation, ...]:
+        """The stack's reservations; one EC2 does not know (any more) is state `not-found` (a finding),
+        asked one by one only when the batch call refuses the whole list for it."""
         if not ids:
             return ()
-        items = _pages(self.ec2.describe_capacity_reservations, "CapacityReservations",
-                       CapacityReservationIds=list(ids))
+        try:
+            items = self._describe_reservations(list(ids))
+        except ExternalCommandFailed as exc:
+            if not exc.detail.startswith(RESERVATION_GONE):
+                raise
+            items = []
+            for rid in ids:
+                try:
+                    items += self._describe_reservations([rid])
+                except ExternalCommandFailed as one:
+                    if not one.detail.startswith(RESERVATION_GONE):
+                        raise
+                    items.append({"CapacityReservationId": rid, "State": "not-found"})
         return tuple(Reservation(id=r["CapacityReservationId"], state=r.get("State", "unknown"),
                                  reservation_type=r.get("ReservationType", "default"),
-                                 instance_type=r.get("InstanceType", ""), total=int(r.get("TotalInstanceCount", 0)),
+                                 instance_type=r.get("InstanceType", "?"), total=int(r.get("TotalInstanceCount", 0)),
                                  end_date=r.get("EndDate")) for r in items)
+
+    def _describe_reservations(self, ids: list[str]) -> list[dict]:
+        return _pages(self.ec2.describe_capacity_reservations, "CapacityReservations", CapacityReservationIds=ids)
 
 
 # ------------------------------------------------------------------ ansible-runner

@@ -152,3 +152,27 @@ def test_a_template_alias_is_asked_on_its_own_and_a_deleted_template_is_a_findin
     assert sorted((f.subject, f.field, f.expected, f.found) for f in found) == [
         ("i-0aaa (a)", "instanceType", "p5en.48xlarge", "p5.48xlarge"),
         ("i-0bbb (b)", "launchTemplate", "lt-2 version 4", None)]
+
+
+def test_a_reservation_ec2_does_not_know_is_a_critical_finding_and_the_others_still_count():
+    ec2 = _client()
+    stub = Stubber(ec2)
+    stub.add_response("describe_instances", {"Reservations": []},
+                      {"Filters": [{"Name": "tag:gpufleet.io/stack", "Values": [STACK]}, LIVE]})
+    gone = dict(service_error_code="InvalidCapacityReservationId.NotFound",
+                service_message="The capacity reservation ID 'cr-0gone' does not exist")
+    stub.add_client_error("describe_capacity_reservations", expected_params={"CapacityReservationIds": ["cr-0ok", "cr-0gone"]},
+                          **gone)
+    stub.add_response("describe_capacity_reservations",
+                      {"CapacityReservations": [_reservation("cr-0ok", "active", NOW + timedelta(hours=5))]},
+                      {"CapacityReservationIds": ["cr-0ok"]})
+    stub.add_client_error("describe_capacity_reservations", expected_params={"CapacityReservationIds": ["cr-0gone"]},
+                          **gone)
+    view = dc.state_view({})
+    with stub:
+        scan = Ec2Scanner(ec2, STACK).scan(view, ["cr-0ok", "cr-0gone"])
+        stub.assert_no_pending_responses()
+    found = dc.unmanaged_findings(view, scan, NOW, timedelta(hours=72))
+    assert sorted((f.subject, f.field, f.found) for f in found) == [
+        ("cr-0gone", "state", "not-found"), ("cr-0ok", "endDate", (NOW + timedelta(hours=5)).isoformat())]
+    assert "does not know" in next(f.message for f in found if f.subject == "cr-0gone")
