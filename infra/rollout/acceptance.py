@@ -131,3 +131,39 @@ class LauncherSmokeCollector:
                             ended=result.ended)
         return write_bundle(out, {A.TRAIN_SMOKE: result.output},
                             Manifest(slot="acceptance-smoke", collected_by="launcher", files={A.TRAIN_SMOKE: record}))
+
+
+def halt_reason(outcome: A.StageOutcome) -> str | None:
+    """The rollout's halt reason for a failed stage (its reason codes and first messages), else None."""
+    if outcome.passed:
+        return None
+    why = "; ".join(c.message for c in outcome.checks if c.verdict.blocks_admission and c.message)
+    return f"acceptance {outcome.stage} failed ({', '.join(outcome.reason_codes)}): {why}"[:500]
+
+
+class AcceptanceHooks:
+    """The orchestrator's StageHooks over an AcceptanceRunner.
+
+    The base checks sample pairs among the first batch's planned slots, by block (on a cloud
+    those are the first hosts up; the simulator answers for them); the smoke job takes the
+    canary's admitted nodes. Outcomes are recorded by the runner, so a resumed rollout that
+    calls a hook again gets the recorded answer without collecting twice.
+    """
+
+    def __init__(self, runner: AcceptanceRunner) -> None:
+        self.runner = runner
+
+    def before_batches(self) -> str | None:
+        blocks: dict[int, list[str]] = {}
+        for node in self.runner.plan.batch_nodes(1):
+            blocks.setdefault(node.block, []).append(node.name)
+        for outcome in self.runner.base_checks(blocks):
+            reason = halt_reason(outcome)
+            if reason is not None:
+                return reason
+        return None
+
+    def after_canary(self, admitted: Sequence[str]) -> str | None:
+        if len(admitted) < 2:
+            return f"acceptance smoke: needs 2 admitted canary nodes, {len(admitted)} admitted"
+        return halt_reason(self.runner.smoke(admitted))
