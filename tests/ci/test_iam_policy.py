@@ -112,6 +112,29 @@ def test_the_scan_finds_the_known_boto3_calls() -> None:
     assert ("infra/rollout/backends.py", "dynamodb:PutItem") in found
 
 
+def test_the_scan_on_every_way_code_names_an_operation(tmp_path: Path) -> None:
+    pkg = tmp_path / "infra"
+    pkg.mkdir()
+    (pkg / "uses_boto.py").write_text(
+        "import boto3\n"
+        "def f(session):\n"
+        "    ec2 = boto3.client('ec2')\n"
+        "    ec2.get_waiter('instance_running').wait()\n"
+        "    fsx = session.client('fsx')\n"
+        "    fsx.describe_file_systems()\n"
+        "    getattr(ec2, 'describe_volumes')()\n"
+        "    s3 = boto3.client('s3')\n"
+        "    s3.get_paginator('list_objects_v2')\n"
+        "    boto3.client('sts').get_caller_identity()\n", encoding="utf-8")
+    (pkg / "no_boto.py").write_text("def g(x):\n    return x.describe_instances()\n", encoding="utf-8")
+    found = {(c.file, a) for c in boto3_calls(pkg) for a in c.actions}
+    # describe_volumes is an operation of both services the file uses: counted for each (the scan
+    # cannot tell clients apart, so it asks for more, never less); sts needs no permission
+    assert found == {("infra/uses_boto.py", a) for a in (
+        "ec2:DescribeInstances", "fsx:DescribeFileSystems", "ec2:DescribeVolumes", "fsx:DescribeVolumes",
+        "s3:ListBucket")}
+
+
 def test_policy_allows_every_boto3_call_in_infra(policy: Policy) -> None:
     missing = sorted({f"{a} ({c.file}:{c.line})" for c in boto3_calls(ROOT / "infra") for a in c.actions
                       if not policy.allows(a)})
