@@ -261,3 +261,38 @@ class SimAcceptanceCollector:
     @property
     def storage_mount(self) -> str:
         return f"{self.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
+
+
+# --- modelled durations (bench/bench_acceptance.py; derived from the outputs above) ----------
+
+COMMAND_OVERHEAD_S = 5.0  # starting one command on the nodes (srun / ssh), each
+SMOKE_STARTUP_S = 60.0  # container start, torch import, NCCL init (measured here: 30-60 s on CPU)
+PING_INTERVAL_S = 0.2
+
+
+def stage_seconds(storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
+                  seed: int = 0) -> dict[str, float]:
+    """Modelled wall time of each acceptance stage: what its tools report they ran for.
+
+    The fio tests run one after the other (they share the file system); the network pairs run
+    in parallel, a block's pairs one after another (they share the block's nodes); the smoke
+    job's steps at its samples per second, after its start-up.
+    """
+    from infra.gates.parsers import fio as fio_parser, iperf3 as iperf3_parser
+
+    rng = random.Random(seed)
+    files = storage_outputs(storage, plan, instance, cfg, rng)
+    storage_s = 0.0
+    for name, text in files.items():
+        run = fio_parser.parse_json(text)
+        storage_s += max(run.runtime_s("read"), run.runtime_s("write")) + COMMAND_OVERHEAD_S
+    pair = network_outputs([("a", "b")], {"a": "10.0.0.1", "b": "10.0.0.2"}, instance, cfg, rng)
+    f = A.pair_files("a", "b")
+    per_pair = (iperf3_parser.parse_json(pair[f["iperf3"]]).seconds or 0) + 20 * PING_INTERVAL_S
+    for name in (f["pingpong"], f["rma_bw"]):  # the tables' `time` column: the run's own measure
+        per_pair += sum(float(line.split()[-4].rstrip("s")) for line in pair[name].splitlines()[1:])
+    network_s = cfg.efa_pairs_per_block * (per_pair + 4 * COMMAND_OVERHEAD_S)
+    ranks = cfg.smoke_nodes * instance.gpus
+    floor = A.smoke_floor(instance, ranks, cfg) or 1000.0
+    smoke_s = SMOKE_STARTUP_S + cfg.smoke_steps * ranks * 64 / (floor * 1.5) + COMMAND_OVERHEAD_S
+    return {"storage": round(storage_s, 1), "network": round(network_s, 1), "smoke": round(smoke_s, 1)}

@@ -101,3 +101,13 @@ def test_sim_outputs_are_deterministic_per_seed(seed):
     one = S.storage_outputs(cfg, plan, P5, CFG, random.Random(seed))
     two = S.storage_outputs(cfg, plan, P5, CFG, random.Random(seed))
     assert one == two
+
+
+def test_modelled_stage_durations_follow_the_file_system():
+    big_cfg, big = storage(dataset_tib=400, checkpoint_tib=1)
+    small_cfg, small = storage(dataset_tib=10, checkpoint_tib=1)
+    fast = S.stage_seconds(big_cfg, big, P5, CFG)
+    slow = S.stage_seconds(small_cfg, small, P5, CFG)
+    assert big.aggregate_throughput_mbs > small.aggregate_throughput_mbs
+    assert slow["storage"] > fast["storage"] > 0
+    assert slow["network"] == fast["network"] > 0 and slow["smoke"] == fast["smoke"] > S.SMOKE_STARTUP_S
