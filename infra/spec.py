@@ -314,6 +314,14 @@ class UpgradeConfig(_Model):
         return v
 
 
+class Tenant(_Model):
+    """A team and the partitions it may submit to (`gpufleet ops access`)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")  # Slurm account, Kubernetes group gpufleet:<name>
+    partitions: tuple[str, ...] = Field(min_length=1)
+    members: tuple[str, ...] = ()  # Slurm users of the account (Kubernetes: the group's members, from IAM)
+
+
 class OpsConfig(_Model):
     """Monitoring thresholds (`gpufleet ops rules`) and how far alerts may act on their own (`ops serve`).
 
@@ -336,6 +344,7 @@ class OpsConfig(_Model):
     # anyone); beyond it they page, so a fleet-wide alert (a bad rule, an outage) never drains it
     max_quarantine_share: float = Field(default=0.1, gt=0, le=1)
     page_command: tuple[str, ...] = ()  # argv run with the page as JSON on stdin; empty: log only
+    tenants: tuple[Tenant, ...] = ()
 
     @model_validator(mode="after")
     def _range(self) -> "OpsConfig":

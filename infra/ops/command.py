@@ -162,3 +162,36 @@ def readmit(ctx: click.Context, stack: str | None, slot: str, reason: str, force
     click.echo(f"{slot}: {text}")
     if record is None:
         raise GateFailed(f"{slot}: failed its gates again ({node.state.value})")
+
+
+@ops.command()
+@stack_opt
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the access objects (Kubernetes) or the sacctmgr commands and AllowAccounts (Slurm).")
+def access(stack: str, out: Path) -> None:
+    """Write per-team access to the partitions from gpufleet:ops.tenants (nothing is applied)."""
+    import shlex
+
+    from infra import catalog
+    from infra.ops import access as acc
+    from infra.plan import build_plan
+    from infra.pool.kubernetes.manifests import partition_queues
+
+    project, spec = _context(stack)
+    if not spec.ops.tenants:
+        raise UsageError(f"stack {stack!r} declares no tenants", field="gpufleet:ops.tenants",
+                         expected="a list of {name, partitions, members}")
+    plan = build_plan(spec)
+    queues = partition_queues(plan, catalog.get(spec.cluster.instance_type))
+    names = [q.partition for q in queues]
+    if spec.pool.type == "kubernetes":
+        docs = acc.kubernetes_objects(spec.ops.tenants, names)
+        _write(out / "kubernetes-access.yaml", yaml.safe_dump_all(docs, sort_keys=False))
+        click.echo(f"{out / 'kubernetes-access.yaml'}: {len(docs)} objects")
+        return
+    quotas = [acc.PartitionQuota(q.partition, q.gpus) for q in queues]
+    cmds = acc.sacctmgr_commands(spec.ops.tenants, quotas, spec.cluster.name)
+    _write(out / "sacctmgr.sh", "#!/bin/sh\nset -e\n" + "\n".join(shlex.join(c) for c in cmds) + "\n")
+    allow = acc.allow_accounts(spec.ops.tenants, names)
+    _write(out / "allow-accounts.json", json.dumps(allow, indent=2))  # slurm.conf AllowAccounts= per partition
+    click.echo(f"{out}: sacctmgr.sh ({len(cmds)} commands), allow-accounts.json ({len(allow)} partitions)")

@@ -1,0 +1,77 @@
+"""Per-team access from gpufleet:ops.tenants: Kubernetes Roles, bindings and the LocalQueue-only
+admission policy; Slurm accounts, QOS capped at the partition's GPU quota, AllowAccounts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from infra.cli import main
+from infra.errors import ConfigError
+from infra.ops import access as acc
+from infra.spec import OpsConfig, Tenant
+
+TENANTS = (Tenant(name="vision", partitions=("train", "debug"), members=("ana", "raj")),
+           Tenant(name="speech", partitions=("train",)))
+
+
+def test_kubernetes_teams_get_roles_only_in_their_partitions_and_no_queue_creation() -> None:
+    objs = acc.kubernetes_objects(TENANTS, ["train", "sim", "debug"])
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Role"}
+    assert roles == {("train", "gpufleet-team-vision"), ("debug", "gpufleet-team-vision"), ("train", "gpufleet-team-speech")}
+    binding = next(o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "debug")
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpufleet:vision"}]
+    role = next(o for o in objs if o["kind"] == "Role")
+    queue_rules = [r for r in role["rules"] if "localqueues" in r["resources"]]
+    assert queue_rules and all(set(r["verbs"]) <= {"get", "list", "watch"} for r in queue_rules)
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    assert "namespaceObject.metadata.name" in policy["spec"]["validations"][0]["expression"]
+    labelled = {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"}
+    assert labelled == {"train", "sim", "debug"}
+
+
+def test_slurm_accounts_qos_capped_at_the_partition_quota_and_allow_accounts() -> None:
+    cmds = acc.sacctmgr_commands(TENANTS, [acc.PartitionQuota("train", 640), acc.PartitionQuota("sim", 200),
+                                           acc.PartitionQuota("debug", 40)], "local")
+    text = [shlex.join(c) for c in cmds]
+    assert "sacctmgr -i add qos vision-debug GrpTRES=gres/gpu=40 'Description=team vision on partition debug'" in text
+    assert any(t.startswith("sacctmgr -i add account speech Cluster=local") and "QOS=speech-train" in t for t in text)
+    assert sum(t.startswith("sacctmgr -i add user") for t in text) == 2
+    assert acc.allow_accounts(TENANTS, ["train", "sim", "debug"]) == {
+        "train": "root,speech,vision", "sim": "root", "debug": "root,vision"}
+
+
+def test_a_tenant_naming_an_unknown_partition_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="partition 'gpu'"):
+        acc.kubernetes_objects((Tenant(name="x", partitions=("gpu",)),), ["train"])
+    with pytest.raises(ConfigError, match="twice"):
+        acc.allow_accounts((TENANTS[1], TENANTS[1]), ["train"])
+
+
+def test_the_command_writes_the_slurm_files_for_a_stack_with_tenants(tmp_path: Path) -> None:
+    from tests.rollout.project import make_project
+
+    project = make_project(tmp_path / "project")
+    stack = project / "stacks" / "Pulumi.crash40.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    parts = [p["name"] for p in doc["config"]["gpufleet:partitions"]]
+    doc["config"]["gpufleet:ops"] = {"tenants": [{"name": "vision", "partitions": parts[:1], "members": ["ana"]}]}
+    stack.write_text(yaml.safe_dump(doc))
+    out = CliRunner().invoke(main, ["--project", str(project), "ops", "access", "-s", "crash40", "--out", str(tmp_path / "a")])
+    assert out.exit_code == 0, out.output
+    assert json.loads((tmp_path / "a" / "allow-accounts.json").read_text())[parts[0]] == "root,vision"
+    assert "add user ana Account=vision" in (tmp_path / "a" / "sacctmgr.sh").read_text()
+    doc["config"]["gpufleet:ops"] = {"tenants": [{"name": "vision", "partitions": ["nope"]}]}
+    stack.write_text(yaml.safe_dump(doc))
+    bad = CliRunner().invoke(main, ["--project", str(project), "ops", "access", "-s", "crash40", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "nope" in bad.output and not (tmp_path / "b").exists()
+
+
+def test_ops_config_refuses_an_inverted_operating_range() -> None:
+    with pytest.raises(ValueError, match="utilMinPercent"):
+        OpsConfig(util_min_percent=90, util_max_percent=70)
