@@ -201,6 +201,8 @@ from infra.daytwo.patrol_command import patrol as _patrol_command  # noqa: E402
 main.add_command(_patrol_command)
 from infra.sim.late_command import fault as _sim_fault_command  # noqa: E402
 _sim_command.add_command(_sim_fault_command)
+from infra.upgrade.command import upgrade as _upgrade_command  # noqa: E402
+main.add_command(_upgrade_command)
 from infra.ops.command import ops as _ops_command  # noqa: E402
 main.add_command(_ops_command)
 from infra.ops.command import history as _history_command  # noqa: E402

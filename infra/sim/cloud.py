@@ -25,6 +25,7 @@ from infra.sim import world as W
 from infra.sim.clock import VirtualClock
 from infra.sim.executor import SimExecutor
 from infra.sim.fabric import SimLauncher
+from infra.sim.installed import INSTALLED_FILE, VERSION_FAULTS_FILE, Installed, VersionFaults
 from infra.sim.late import LATE_FILE, LateFaults
 from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
 from infra.sim.provisioner import SimProvisioner
@@ -102,6 +103,8 @@ class SimulatedCloud:
         self.ledger = W.Ledger(self.dir / W.LEDGER)
         self.remedies = W.Remedies(self.dir / W.REMEDIES)
         self.late = LateFaults(self.dir / LATE_FILE)
+        self.installed = Installed(self.dir / INSTALLED_FILE)  # per instance: what its last configure installed
+        self.version_faults = VersionFaults(self.dir / VERSION_FAULTS_FILE)
         self.faults = faults
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
         self.bom = bom
@@ -162,13 +165,18 @@ class SimulatedCloud:
         late = self.late.of(inst)  # a fault the node developed after admission (infra.sim.late)
         seeded = late.kind if late is not None else seeded
         who = NodeIdentity(inst.slot, inst.instance_id, inst.private_ip, inst.batch, inst.block, self.stack)
+        factor = jitter(self.config.seed, inst.slot, inst.generation)
+        if self.version_faults.factors:  # a release that slows every node running it (infra.sim.installed)
+            factor *= self.version_faults.factor(self.installed.versions(inst.instance_id) or self.versions)
         return NodeProfile(who=who, generation=inst.generation,
                            fault=active_faults(seeded, self.remedies.of(inst.instance_id)),
-                           systemic=self.config.systemic, factor=jitter(self.config.seed, inst.slot, inst.generation))
+                           systemic=self.config.systemic, factor=factor)
 
     def look(self, p: NodeProfile) -> NodeLook:
         """What decides the node's bundle apart from its names (the render template's key)."""
-        return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=self._versions_key,
+        installed = self.installed.versions(p.who.instance_id)
+        versions = versions_key(installed) if installed is not None else self._versions_key
+        return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=versions,
                         fault=p.fault, systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
 
     def node_outputs(self, slot: str) -> dict[str, tuple[str, int]]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from infra.gates import synth
 from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
 from infra.sim.faults import CONFIGURE_FAILED_TASK
 from infra.sim.world import SimInstance
 
 if TYPE_CHECKING:
+    from infra.bom import Bom
     from infra.sim.cloud import NodeProfile, SimulatedCloud
 
 
@@ -27,8 +29,12 @@ def unreachable_message(ip: str) -> str:
 
 
 class SimExecutor:
-    def __init__(self, cloud: "SimulatedCloud") -> None:
+    def __init__(self, cloud: "SimulatedCloud", bom: "Bom | None" = None) -> None:
         self.cloud = cloud
+        self.bom = bom  # what configure installs: the stack's BOM unless an upgrade or rollback names another
+
+    def with_bom(self, bom: "Bom") -> "SimExecutor":
+        return SimExecutor(self.cloud, bom)
 
     def _profile(self, instance: Instance) -> "NodeProfile | None":
         inst: SimInstance | None = self.cloud.running(instance.instance_id)
@@ -61,6 +67,9 @@ class SimExecutor:
                             "nvidia-dkms: modprobe: ERROR: could not insert 'nvidia': No such device")
             else:
                 hosts[i.slot] = HostOutcome(slot=i.slot, status=HostStatus.OK, duration_s=stage)
+        bom = self.bom or self.cloud.bom
+        self.cloud.installed.record([i.instance_id for i in instances if hosts[i.slot].status is HostStatus.OK],
+                                    bom.digest(), synth.bom_versions(bom, self.cloud.spec.image.os))
         return StageResult(hosts=hosts, duration_s=stage if instances else 0.0)
 
     def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:

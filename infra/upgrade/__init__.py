@@ -1,0 +1,1 @@
+"""Grey upgrades of a live pool: `gpufleet upgrade` (plan, journaled state, orchestrator, command)."""
