@@ -55,8 +55,12 @@ class Policy:
     statements: tuple[Statement, ...]
 
     @classmethod
-    def load(cls, path: Path) -> "Policy":
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    def load(cls, path: Path, variables: dict[str, str] | None = None) -> "Policy":
+        """The document; `variables` ({"aws:PrincipalTag/k": "v"}) stand for `${...}`, as IAM substitutes them."""
+        text = path.read_text(encoding="utf-8")
+        for name, value in (variables or {}).items():
+            text = text.replace("${" + name + "}", value)
+        doc = json.loads(text)
         if doc.get("Version") != "2012-10-17":
             raise ValueError(f"{path}: Version must be 2012-10-17 (policy variables need it)")
         statements = []

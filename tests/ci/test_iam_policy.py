@@ -151,16 +151,22 @@ def test_some_stack_uses_the_s3_backend() -> None:
 
 
 @pytest.mark.parametrize(("stack", "backend"), _s3_stacks(), ids=[s for s, _ in _s3_stacks()])
-def test_policy_reaches_the_journal_and_lock_the_stack_names(policy: Policy, stack: str, backend) -> None:
-    """The exact object keys and lock key backends.py builds, on the stack's bucket and table."""
+def test_policy_reaches_the_journal_and_lock_the_stack_names(stack: str, backend) -> None:
+    """The exact object keys and lock key backends.py builds, on the stack's bucket and table, for the
+    role tagged with this stack, and for no other stack's role."""
+    policy = Policy.load(POLICY_FILE, {f"aws:PrincipalTag/{STACK_TAG}": stack})
+    other = Policy.load(POLICY_FILE, {f"aws:PrincipalTag/{STACK_TAG}": f"not-{stack}"})
     store = S3JournalStore(None, backend.bucket, backend.prefix, stack)
     bucket = f"arn:aws:s3:::{backend.bucket}"
     for key in (f"{store.base}000000000001.json", f"{store.base.rstrip('/')}.archive-20260101T000000Z/x.json"):
         for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
             assert policy.allows(action, f"{bucket}/{key}"), (action, key)
+            assert not other.allows(action, f"{bucket}/{key}"), (action, key)
     listing = policy.grants("s3:ListBucket", bucket)
     assert listing, f"s3:ListBucket on {bucket}"
     assert all(any(_matches(p, store.base) for p in s.condition_values("s3:prefix")) for s in listing)
+    assert not any(_matches(p, store.base) for s in other.grants("s3:ListBucket", bucket)
+                   for p in s.condition_values("s3:prefix"))
 
     lock = DynamoLock(None, backend.lock_table, f"{backend.prefix.strip('/')}/{stack}", LockInfo.mine(stack))
     table = f"arn:aws:dynamodb:{backend.region or load_stack(stack).cluster.region}:123456789012:table/{lock.table}"
@@ -168,6 +174,8 @@ def test_policy_reaches_the_journal_and_lock_the_stack_names(policy: Policy, sta
         grants = policy.grants(action, table)
         assert grants, (action, table)
         assert all(any(_matches(p, lock.key) for p in s.condition_values("dynamodb:LeadingKeys")) for s in grants)
+        assert not any(_matches(p, lock.key) for s in other.grants(action, table)
+                       for p in s.condition_values("dynamodb:LeadingKeys"))
 
 
 def _matches(pattern: str, value: str) -> bool:
