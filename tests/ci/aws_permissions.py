@@ -9,11 +9,13 @@ Two sources:
   API names (ListObjectsV2 is s3:ListBucket): `S3_ACTIONS` maps those.
 - `PULUMI_TYPE_ACTIONS`: what Pulumi's AWS provider calls to create, read (refresh), update, tag and
   delete each resource type the program registers, and `PULUMI_INVOKE_ACTIONS` for its data-source
-  invokes. Checked against the AWS Service Authorization Reference (the actions, their resource types
-  and condition keys per service), the managed policies AmazonFSxFullAccess and AmazonEKSClusterPolicy's
-  documentation for the service-linked roles, and the Create/Read/Update/Delete functions of
-  terraform-provider-aws v6 (which pulumi-aws 7 bridges) for the read-side calls. A type the program
-  starts to create that is missing here fails the test, so the map cannot silently fall behind.
+  invokes. Written from the AWS Service Authorization Reference (actions, resource types, condition
+  keys per service), the FSx and EKS documentation of their service-linked roles (FSx creates its
+  network interfaces itself: AmazonFSxServiceRolePolicy), and what terraform-provider-aws v6's
+  resources (bridged by pulumi-aws 7) call to create, read, update and delete; not replayed call by
+  call against AWS. A call the map misses shows up as AccessDenied naming the action: add it here
+  and the test asks the policy for it. A type the program starts to create that is missing here
+  fails the test, so the map cannot silently fall behind.
 """
 
 from __future__ import annotations
