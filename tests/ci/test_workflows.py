@@ -283,3 +283,12 @@ def test_no_step_prints_a_secret() -> None:
 def test_workflows_default_to_read_only_tokens() -> None:
     for path in WORKFLOWS:
         assert _load(path)["permissions"] == {"contents": "read"}, path.name
+
+
+def test_every_stack_the_pipeline_names_has_a_stack_file(rollout, nightly) -> None:
+    from infra.spec import available_stacks
+
+    named = {row["stack"] for row in rollout["jobs"]["check"]["strategy"]["matrix"]["include"]}
+    named |= {row["stack"] for row in nightly["jobs"]["drift"]["strategy"]["matrix"]["include"]}
+    named |= {rollout["jobs"][job]["env"]["STACK"] for job in ("dev", "prod")}
+    assert named == {"dev", "prod"} and named <= set(available_stacks())
