@@ -82,3 +82,26 @@ def test_metrics_expose_admitted_and_busy_nodes(served: Served) -> None:
     assert text.count('gpufleet_node_admitted{node="crash40-') == 40
     first = sorted(_nodes(served.project))[0]
     assert f'gpufleet_node_busy{{node="{first}"}} 0' in text
+
+
+def test_a_locked_stack_answers_503_so_alertmanager_retries(served: Served) -> None:
+    from infra.daytwo.context import open_day_two
+    from infra.project import find_project
+
+    slot = sorted(_nodes(served.project))[2]
+    with open_day_two("crash40", "another operation", pool_only=True, project=find_project(served.project)):
+        code, answer = served.send(alert(slot))
+    assert code == 503 and "locked" in answer["error"]
+    assert _nodes(served.project)[slot]["state"] == "admitted"
+    assert served.send(alert(slot))[1]["quarantined"] == [slot]  # the retry, once the lock is free
+
+
+def test_pages_go_to_the_page_command_as_json(tmp_path: Path) -> None:
+    from infra.ops.actions import page
+    from infra.ops.webhook import Page
+
+    out = tmp_path / "pages.json"
+    page([Page("GpuXidFatal", "n1", "partition train is at its alert budget", {"labels": {"node": "n1"}})], "s",
+         ["sh", "-c", f"cat > {out}"])
+    doc = json.loads(out.read_text())
+    assert doc["stack"] == "s" and doc["pages"][0]["slot"] == "n1" and doc["pages"][0]["evidence"]["labels"]
