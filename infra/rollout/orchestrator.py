@@ -31,7 +31,7 @@ from infra.gates.settings import GateSettings
 from infra.gates.verdict import Action, Verdict
 from infra.plan.model import ClusterPlan, NodeSlot
 from infra.pool.protocol import NodeState as PoolNodeState
-from infra.pool.protocol import PendingNode, Pool, record_digest
+from infra.pool.protocol import PendingNode, Pool, admit_all, record_digest
 from infra.rollout import baselines as bl
 from infra.rollout.journal import Journal
 from infra.rollout.ports import Clock, Executor, HostStatus, Instance, ProvisionResult, Provisioner
@@ -296,10 +296,11 @@ class Orchestrator:
             return False
         pool = self.ports.pool
         admitted, quarantined = {}, {}
+        admit_all(pool, [(n.slot, AdmissionRecord.model_validate(n.decision.record))
+                         for n in pending if n.decision.action == "admit"])
         for n in pending:
             d = n.decision
             if d.action == "admit":
-                pool.admit(n.slot, AdmissionRecord.model_validate(d.record))
                 admitted[n.slot] = {}
             else:
                 node = pool.quarantine(n.slot, d.reason_code or "quarantined", d.reason or d.reason_code or "")
