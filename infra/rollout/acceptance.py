@@ -87,7 +87,7 @@ class AcceptanceRunner:
         done = self.recorded(stage)
         if done is not None:
             return done
-        folder = self.collector.collect(stage, nodes, pairs, self.state_dir / "bundles" / "acceptance" / stage)
+        folder = self.collector.collect(stage, nodes, pairs, self.state_dir / "acceptance" / "bundles" / stage)
         bundle = read_bundle(folder)
         outcome = A.stage_outcome(stage, self._checks(stage, bundle, pairs))
         if stage == SMOKE and outcome.passed:
@@ -167,3 +167,20 @@ class AcceptanceHooks:
         if len(admitted) < 2:
             return f"acceptance smoke: needs 2 admitted canary nodes, {len(admitted)} admitted"
         return halt_reason(self.runner.smoke(admitted))
+
+
+def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path) -> AcceptanceHooks | None:
+    """The acceptance stages a stack's rollout runs: the simulator's on a simulated stack.
+
+    None on a real stack for now: its storage and network bundles need a collector on the
+    first hosts (fio/iperf3/fabtests over srun or SSH), which is not built yet; the smoke job's
+    collector (LauncherSmokeCollector) is, and needs the pool's launcher.
+    """
+    if not spec.simulated or spec.simulator is None:
+        return None
+    from infra import catalog
+    from infra.sim.acceptance import SimAcceptanceCollector
+
+    sku = catalog.get(spec.cluster.instance_type)
+    collector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance, seed=spec.simulator.seed)
+    return AcceptanceHooks(AcceptanceRunner(spec, plan, state_dir, collector, sku))

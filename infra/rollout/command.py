@@ -86,13 +86,15 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     from infra.gates.admission import AdmissionRecord
     from infra.ops import audit
     from infra.reports import rollout as report
+    from infra.rollout.acceptance import stack_hooks
     from infra.rollout.display import make_display
     from infra.rollout.orchestrator import Orchestrator
     from infra.rollout.wiring import gate_settings, options, wire
 
     wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     opts = options(spec, until_batch, wiring.threaded)
-    orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts)
+    orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
+                        hooks=stack_hooks(spec, plan, state_dir))  # the acceptance stages
     started = time.monotonic()
     modelled = wiring.simulator is not None
     clock = wiring.adapters.clock

@@ -53,3 +53,16 @@ def test_a_diverging_rank_halts_after_the_canary(tmp_path):
     out, _, collector = _run(tmp_path, AcceptanceFaults(diverging_node=canary[1]))
     assert out.halted and "smoke-ranks-diverged" in out.halt_reason and canary[1] in out.halt_reason
     assert out.state.batches[1].stage is BatchStage.PASSED and collector.stages[-1] == "smoke"
+
+
+def test_stack_hooks_on_a_simulated_stack_only(tmp_path):
+    from infra.plan import build_plan
+    from infra.rollout.acceptance import stack_hooks
+    from infra.spec import load_stack
+
+    spec = load_stack("local")
+    hooks = stack_hooks(spec, build_plan(spec), tmp_path)
+    assert hooks is not None and hooks.before_batches() is None
+    assert {p.name for p in (tmp_path / "acceptance").glob("*.json")} == {"storage.json", "network.json"}
+    real = spec.model_copy(update={"simulator": None})
+    assert stack_hooks(real, build_plan(spec), tmp_path) is None
