@@ -208,7 +208,7 @@ class Upgrader:
             target = load_bom(d.state_dir / up.target_bom)
             before = baselines([AdmissionRecord.model_validate(p["record"]) for p in g.previous.values()
                                 if p.get("record")])
-            v = self._gate(g.slots, target, f"group-{g.number}")
+            v = self.gate(g.slots, target, f"group-{g.number}")
             after = baselines(list(v.admit.values()), v.runs)
             why = "; ".join(f"{s}: {code}: {reason}" for s, (code, reason, _r) in sorted(v.failed.items()))
             why = why or regression(before, after, d.spec.gates.drift_regression_fraction)
@@ -256,7 +256,8 @@ class Upgrader:
                               expected="every node of an upgrade group running")
         return [inventory[s] for s in slots]
 
-    def _gate(self, slots: Sequence[str], bom: Bom, label: str) -> Verdicts:
+    def gate(self, slots: Sequence[str], bom: Bom, label: str) -> Verdicts:
+        """Configure `slots` with `bom` and take them through the rollout's gates and baselines."""
         d = self.d
         ports = Adapters(d.adapters.provisioner, executor_for(d, bom), d.adapters.pool, d.adapters.clock)
         v = gate_nodes(ports, settings_for(d, bom), self._instances(slots), partners(d, set(slots)),
@@ -280,7 +281,7 @@ class Upgrader:
         records, failed, seconds = {}, {}, 0.0
         for digest, slots in sorted(by_digest.items()):
             bom = load_bom(d.state_dir / up.previous[digest])
-            v = self._gate(sorted(slots), bom, f"group-{g.number}-rollback")
+            v = self.gate(sorted(slots), bom, f"group-{g.number}-rollback")
             seconds += v.seconds
             for slot, r in v.admit.items():
                 d.pool.admit(slot, r)
