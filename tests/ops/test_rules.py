@@ -81,3 +81,16 @@ def test_every_dcgm_metric_is_a_dcgm_exporter_field() -> None:
     ours = {line.split(",")[0] for line in metrics.counters_csv("4.2.3").splitlines() if line.startswith("DCGM_FI_")}
     assert ours - shipped == {metrics.ECC_DBE_VOLATILE, metrics.NVLINK_CRC_FLIT, metrics.CLOCK_EVENTS}
     assert {metrics.ECC_DBE_VOLATILE, metrics.NVLINK_CRC_FLIT} <= commented
+
+
+def test_a_kubernetes_stack_gets_the_same_groups_as_a_prometheus_rule(tmp_path: Path, promtool: str) -> None:
+    out = tmp_path / "prod"
+    result = CliRunner().invoke(main, ["ops", "rules", "-s", "prod", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rule = yaml.safe_load((out / "prometheusrule.yaml").read_text())
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((out / "gpufleet-rules.yml").read_text())
+    (tmp_path / "spec.yml").write_text(yaml.safe_dump(rule["spec"]))
+    checked = _promtool(promtool, "check", "rules", "spec.yml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert not (out / "prometheus.yml").exists()  # the cluster's Prometheus discovers its own targets
