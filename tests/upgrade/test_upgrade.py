@@ -209,3 +209,29 @@ def test_crashes_at_random_points_resume_to_the_same_end_state(fleet_base, tmp_p
     assert _end_state(crashed) == _end_state(clean)
     drains = [e for e in daytwo_events(crashed) if e.get("to") == "group-drained"]
     assert len(drains) == len({e["group"] for e in drains})  # no group drained twice
+
+
+@pytest.mark.parametrize("kill_after", [2, 7])
+def test_sigkill_mid_upgrade_then_resume_gives_the_uninterrupted_end_state(fleet_base, tmp_path, kill_after):
+    import os
+    import subprocess
+    import sys
+
+    from infra.rollout.journal import KILL_ENV
+
+    clean = shutil.copytree(fleet_base, tmp_path / "clean", symlinks=True)
+    retarget(clean)
+    assert upgrade(clean, "--previous-bom", str(clean / "previous-bom.yaml")).exit_code == 0
+    killed = shutil.copytree(fleet_base, tmp_path / "project", symlinks=True)
+    retarget(killed)
+    gpufleet_bin = Path(sys.executable).parent / "gpufleet"
+    run = subprocess.run([str(gpufleet_bin), "--project", str(killed), "upgrade", "-s", STACK, "--previous-bom",
+                          str(killed / "previous-bom.yaml")], env={**os.environ, KILL_ENV: str(kill_after)},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == -9, run.stdout + run.stderr  # SIGKILLed right after its kill_after-th append
+    assert len(daytwo_events(killed)) == kill_after
+    out = upgrade(killed)
+    assert out.exit_code == 2 and "--resume" in out.output  # an unfinished upgrade is never restarted silently
+    out = upgrade(killed, "--resume")
+    assert out.exit_code == 0, out.output
+    assert _end_state(killed) == _end_state(clean)
