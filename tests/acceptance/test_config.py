@@ -1,0 +1,36 @@
+"""`gpufleet:acceptance` in a stack: camelCase keys, defaults, and a workload image that must be
+pinned by digest (a clear error naming the field otherwise)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.errors import ConfigError
+from infra.spec import ClusterSpec, load_stack
+
+DIGEST = "sha256:" + "0f" * 32
+
+
+def _spec(acceptance: dict) -> ClusterSpec:
+    raw = load_stack("local").model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["acceptance"] = acceptance
+    return ClusterSpec.from_raw(raw, source="tests/acceptance/test_config.py")
+
+
+def test_defaults_and_camel_case_keys():
+    spec = _spec({"storageMinShare": 0.7, "smokeNodes": 4, "workloadImage": f"public.ecr.aws/acme/train@{DIGEST}"})
+    assert spec.acceptance.storage_min_share == 0.7 and spec.acceptance.smoke_nodes == 4
+    assert load_stack("local").acceptance.workload_image is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"workloadImage": "public.ecr.aws/acme/train:latest"},
+    {"workloadImage": f"train@{DIGEST}"},  # no repository path
+    {"smokeNodes": 5},
+    {"storageMinShare": 0},
+    {"smokeLossFactor": 1.0},
+])
+def test_bad_values_are_refused_naming_the_field(bad):
+    with pytest.raises(ConfigError) as err:
+        _spec(bad)
+    assert next(iter(bad)) in str(err.value) or "acceptance" in str(err.value)
