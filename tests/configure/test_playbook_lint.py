@@ -1,4 +1,4 @@
-"""ansible-lint (production profile, offline) and ansible-playbook --syntax-check on site.yml and remediate.yml."""
+"""ansible-lint (production profile, offline) and ansible-playbook --syntax-check on every playbook."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+# every playbook in playbooks/ (requirements.yml lists collections, it is no playbook)
+PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name != "requirements.yml")
+
+
+def test_the_known_playbooks_are_linted():
+    assert {"site.yml", "preflight.yml", "remediate.yml"} <= set(PLAYBOOKS)
 
 
 def _env():
@@ -19,7 +25,7 @@ def _env():
                 NO_COLOR="1", ANSIBLE_ROLES_PATH=str(ROOT / "playbooks" / "roles"))
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "remediate.yml"])
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_ansible_lint_production_profile(playbook):
     lint = shutil.which("ansible-lint", path=str(BIN)) or shutil.which("ansible-lint")
     if lint is None:
@@ -29,7 +35,7 @@ def test_ansible_lint_production_profile(playbook):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "remediate.yml"])
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_site_syntax_check(playbook):
     proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", f"playbooks/{playbook}"],
                           cwd=ROOT, env=_env(), capture_output=True, text=True)
