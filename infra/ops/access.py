@@ -9,8 +9,10 @@ LocalQueue, so submission goes only through it (Kueue then holds it to the Clust
 
 Slurm: an account per team with its members, a QOS per (team, partition) whose GrpTRES caps the
 team at the partition's quota in GPUs, and per partition the AllowAccounts list (a slurm.conf
-partition option). The commands are `sacctmgr -i` argv lists, idempotent to re-run (sacctmgr
-answers "Nothing new added" for what exists).
+partition option). The commands are `sacctmgr -i` argv lists: the cluster first, then (once
+slurmctld has registered with `AccountingStorageTRES=gres/gpu`, which creates the gres/gpu TRES
+the QOS limits name) the rest. Slurm queues a job that breaks AllowAccounts unless
+`EnforcePartLimits=ALL`, and lets root past it (tests/ops/test_slurm_accounting.py shows both).
 """
 
 from __future__ import annotations

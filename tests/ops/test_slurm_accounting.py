@@ -1,0 +1,165 @@
+"""Slurm accounting for real: MariaDB and slurmdbd started by the test under a temp dir (Debian's
+`mariadb-server` and `slurmdbd`), one slurmctld and slurmd with AllowAccounts and enforced
+associations, the accounts and QOS of `gpufleet ops access` created with its own sacctmgr
+commands; a job from an account without access to a partition is refused, one with access runs.
+Every daemon is started here, on free ports, and stopped by its process handle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from infra.ops import access as acc
+from infra.spec import Tenant
+
+CLUSTER = "gpufleetacct"
+TENANTS = (Tenant(name="vision", partitions=("train",), members=("root",)),
+           Tenant(name="speech", partitions=("debug",), members=("nobody",)))
+# Slurm lets root past AllowAccounts: the jobs are submitted as `nobody` (uid 65534, auth/none)
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+QUOTAS = [acc.PartitionQuota("train", 8), acc.PartitionQuota("debug", 8)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _install() -> None:
+    missing = [p for p, tool in (("slurmdbd", "slurmdbd"), ("mariadb-server", "mariadbd"), ("slurm-wlm", "slurmctld"))
+               if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        pytest.skip(f"{', '.join(missing)} not installed and installing needs root")
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run([*apt, "update"], check=False, env=env, capture_output=True, timeout=600)
+    subprocess.run([*apt, "install", "-y", "--no-install-recommends", *missing], check=True, env=env,
+                   capture_output=True, timeout=900)
+
+
+def _wait(what: str, ok, log: Path, proc: subprocess.Popen | None = None, deadline_s: float = 60) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if ok():
+            return
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.3)
+    pytest.fail(f"{what} did not come up: {log.read_text()[-2000:] if log.exists() else 'no log'}")
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def accounting(tmp_path: Path) -> Iterator[dict[str, str]]:
+    _install()
+    root = tmp_path
+    for d in ("db", "state", "spool", "run", "log"):
+        (root / d).mkdir()
+    procs: list[subprocess.Popen] = []
+    db_port, dbd_port, ctld_port, slurmd_port = (_free_port() for _ in range(4))
+    try:
+        subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, capture_output=True, timeout=120)
+        procs.append(subprocess.Popen(["mariadbd", f"--datadir={root / 'db'}", "--user=root", f"--port={db_port}",
+                                       "--bind-address=127.0.0.1", f"--socket={root / 'run' / 'mysql.sock'}",
+                                       f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}",
+                                       ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait("mariadbd", lambda: _listening(db_port), root / "log" / "mysql.log", procs[-1])
+        dbd_conf = root / "slurmdbd.conf"
+        dbd_conf.write_text("\n".join([
+            "AuthType=auth/none", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
+            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
+            "StorageUser=root", "StorageLoc=slurm_acct_db", f"PidFile={root / 'run' / 'slurmdbd.pid'}",
+            f"LogFile={root / 'log' / 'slurmdbd.log'}", "DebugLevel=info"]) + "\n")
+        dbd_conf.chmod(0o600)
+        slurm_conf = root / "slurm.conf"
+        allow = acc.allow_accounts(TENANTS, [q.name for q in QUOTAS])
+        slurm_conf.write_text("\n".join([
+            f"ClusterName={CLUSTER}", "SlurmctldHost=localhost", f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}",
+            "SlurmUser=root", "AuthType=auth/none", "CredType=cred/none", f"StateSaveLocation={root / 'state'}",
+            f"SlurmdSpoolDir={root / 'spool'}", f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
+            f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}", f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={root / 'log' / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={dbd_port}", "AccountingStorageEnforce=associations,limits,qos",
+            "AccountingStorageTRES=gres/gpu", "GresTypes=gpu", "EnforcePartLimits=ALL", "JobCompType=jobcomp/none", "ReturnToService=2",
+            "NodeName=acct1 NodeHostname=localhost CPUs=1 State=UNKNOWN"]
+            + [f"PartitionName={p} Nodes=acct1 AllowAccounts={a} State=UP" for p, a in allow.items()]) + "\n")
+        env = dict(os.environ, SLURM_CONF=str(slurm_conf))
+        # slurmdbd reads slurmdbd.conf beside $SLURM_CONF
+        procs.append(subprocess.Popen(["slurmdbd", "-D"], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=(root / "log" / "slurmdbd.log").open("a")))
+        _wait("slurmdbd", lambda: _listening(dbd_port), root / "log" / "slurmdbd.log", procs[-1])
+        commands = acc.sacctmgr_commands(TENANTS, QUOTAS, CLUSTER)
+        assert commands[0][2:4] == ["add", "cluster"]
+
+        def sacctmgr(argv: list[str]) -> None:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (argv, done.stdout, done.stderr)
+
+        sacctmgr(commands[0])
+        procs.append(subprocess.Popen(["slurmctld", "-D", "-c", "-i"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait("slurmctld", lambda: _listening(ctld_port), root / "log" / "slurmctld.log", procs[-1])
+        # the gres/gpu TRES exists once slurmctld registered with AccountingStorageTRES=gres/gpu
+        _wait("the gres/gpu TRES", lambda: "gres|gpu" in subprocess.run(
+            ["sacctmgr", "-n", "-P", "show", "tres", "format=type,name"], env=env, capture_output=True, text=True,
+            timeout=30).stdout, root / "log" / "slurmctld.log", procs[-1])
+        for argv in commands[1:]:
+            sacctmgr(argv)
+        procs.append(subprocess.Popen(["slurmd", "-D", "-N", "acct1"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait("slurmd", lambda: "idle" in subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
+                                                         text=True, timeout=10).stdout, root / "log" / "slurmd.log",
+              procs[-1])
+        # a world-readable copy of slurm.conf for the unprivileged submitter (tmp_path is root-only)
+        client = Path(tempfile.mkdtemp(prefix="gpufleet-acct-"))
+        client.chmod(0o755)
+        shutil.copy(slurm_conf, client / "slurm.conf")
+        (client / "slurm.conf").chmod(0o644)
+        yield dict(env, SLURM_CONF=str(client / "slurm.conf"))
+        shutil.rmtree(client)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_an_account_without_access_to_a_partition_is_refused(accounting: dict[str, str]) -> None:
+    def sbatch(account: str, partition: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*AS_NOBODY, "sbatch", "-A", account, "-p", partition, "-o", "/dev/null", "--wrap", "true"],
+                              env=accounting, capture_output=True, text=True, timeout=60, cwd="/tmp")
+
+    qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres"], env=accounting,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "vision-train|gres/gpu=8" in qos
+    # the same user and account: refused on a partition whose AllowAccounts lacks it, accepted on its own
+    refused = sbatch("speech", "train")
+    assert refused.returncode != 0 and "partition" in refused.stderr.lower(), refused.stderr
+    not_member = sbatch("vision", "train")
+    assert not_member.returncode != 0, not_member.stdout
+    accepted = sbatch("speech", "debug")
+    assert accepted.returncode == 0 and accepted.stdout.startswith("Submitted batch job"), accepted.stderr
