@@ -63,7 +63,10 @@ def make_handler(on_alerts: Callable[[Notification], dict[str, Any]],
         def do_POST(self) -> None:  # noqa: N802
             if self.path.split("?")[0] not in ("/", "/alerts"):
                 return self._answer(404, json.dumps({"error": "not found"}))
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
             if length <= 0 or length > MAX_BODY:
                 log.error("rejected a notification of %d bytes from %s", length, self.client_address[0])
                 return self._answer(400, json.dumps({"error": f"a body of 1 to {MAX_BODY} bytes is required"}))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.request
 from pathlib import Path
@@ -62,6 +63,12 @@ def test_malformed_payloads_get_400_and_a_log_line_never_an_action(served: Serve
         code, answer = served.post(body)
         assert code == 400 and "error" in answer
     assert served.log_text().count("rejected a malformed notification") == 3
+    conn = http.client.HTTPConnection(served.url.removeprefix("http://"), timeout=30)
+    conn.putrequest("POST", "/")
+    conn.putheader("Content-Length", "lots")
+    conn.endheaders()
+    assert conn.getresponse().status == 400
+    conn.close()
     assert _nodes(served.project) == before and _audit(served.project) == []
 
 
