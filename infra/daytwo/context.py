@@ -8,6 +8,8 @@ Why one place: blacklist, replace, patrol and upgrade all need the same things i
 
 from __future__ import annotations
 
+import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,9 +70,6 @@ class DayTwo:
 
     def write_record(self, record: dict[str, Any]) -> None:
         """`<state_dir>/records/<slot>.json`, as the rollout writes it (audit and drift read these)."""
-        import json
-        import os
-
         out = self.state_dir / "records"
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / f".{record['slot']}.{os.getpid()}.tmp"

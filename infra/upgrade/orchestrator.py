@@ -302,12 +302,18 @@ class Upgrader:
                              expected="an upgrade in the day-two journal")
         if up.stage != "rolling-back":
             self.d.journal.append({"type": "upgrade", "to": "rollback-started", "who": self.d.who})
-        undone = []
+        undone: list[int] = []
         for n in sorted(up.groups, reverse=True):
             g = up.groups[n]
             if g.stage != "admitted":
                 continue
-            self._drain(g.slots)
+            holding = self._drain(g.slots)
+            if holding:  # running work outlasted the deadline: the group stays upgraded, rerun to continue
+                for slot, raw in sorted(g.records.items()):
+                    self.d.pool.admit(slot, AdmissionRecord.model_validate(raw))
+                return Outcome(up, f"rollback of group {g.number} held: running work on {', '.join(holding)} "
+                                   f"outlasted {self.d.spec.upgrade.drain_timeout_s:g} s; the group stays upgraded "
+                                   "(rerun `gpufleet upgrade --rollback`)", halted=True, groups_done=undone)
             self._roll_back(g)
             undone.append(n)
         self.d.journal.append({"type": "upgrade", "to": "rolled-back"})

@@ -235,3 +235,28 @@ def test_sigkill_mid_upgrade_then_resume_gives_the_uninterrupted_end_state(fleet
     out = upgrade(killed, "--resume")
     assert out.exit_code == 0, out.output
     assert _end_state(killed) == _end_state(clean)
+
+
+def test_a_rollback_held_by_running_work_keeps_the_group_upgraded_and_can_be_rerun(fleet):
+    retarget(fleet)
+    assert upgrade(fleet, "--previous-bom", str(fleet / "previous-bom.yaml")).exit_code == 0
+    upgraded = digests(fleet)
+    with open_day_two(STACK, "upgrade", project=load_project(fleet)) as d:
+        ticks: list[float] = []
+        up = Upgrader(d, sleep=lambda s: ticks.append(s), monotonic=lambda: 1000.0 * len(ticks), poll_s=1)
+        last = up.state.groups[max(up.state.groups)].slots[0]
+        pool = d.adapters.pool
+        register = pool.register_pending
+
+        def drain_under_a_running_job(nodes):
+            register(nodes)
+            set_busy(fleet, last)
+
+        pool.register_pending = drain_under_a_running_job
+        outcome = up.rollback()
+    assert outcome.halted and "held" in outcome.message and last in outcome.message
+    assert digests(fleet) == upgraded and pool_doc(fleet)["nodes"][last]["state"] == "admitted"
+    set_busy(fleet, last, False)
+    out = upgrade(fleet)  # an unfinished rollback continues
+    assert out.exit_code == 0, out.output
+    assert set(digests(fleet).values()) != set(upgraded.values())
