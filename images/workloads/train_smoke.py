@@ -10,7 +10,7 @@ parameters and prints ONE JSON line (rank 0) that infra/gates/parsers/train.py r
 
 Rank and world come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or from srun (SLURM_PROCID,
 SLURM_NTASKS, SLURM_LOCALID); the rendezvous from MASTER_ADDR/MASTER_PORT or, under srun, the
-launch node's address and a port derived from the job id. NCCL on GPUs, gloo without them.
+step's first node (its Slurm NodeAddr) and a port derived from the job id. NCCL on GPUs, gloo without them.
 `--corrupt-gradient-rank N` adds a constant to rank N's gradients after the all-reduce: the
 planted divergence the gate must catch.
 """
@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -42,12 +44,33 @@ def env_int(*names: str, default: int) -> int:
     return default
 
 
+def slurm_first_node_addr() -> str | None:
+    """Rank 0's node address under srun: the step's first node, its NodeAddr as Slurm knows it.
+
+    Not SLURM_LAUNCH_NODE_IPADDR: srun may run on a controller or login host outside the step.
+    """
+    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return None
+    try:
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                               timeout=30, check=True).stdout.split()
+        node = subprocess.run(["scontrol", "-o", "show", "node", hosts[0]], capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+    addr = re.search(r"\bNodeAddr=(\S+)", node)
+    return addr[1] if addr else hosts[0]
+
+
 def rendezvous() -> tuple[int, int, int]:
     rank = env_int("RANK", "SLURM_PROCID", default=0)
     world = env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
     local = env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
-    os.environ.setdefault("MASTER_ADDR", os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1"))
-    os.environ.setdefault("MASTER_PORT", str(20000 + env_int("SLURM_JOB_ID", default=0) % 20000))
+    if "MASTER_ADDR" not in os.environ:
+        os.environ["MASTER_ADDR"] = slurm_first_node_addr() or "127.0.0.1"
+    # torch's customary range; the launcher should pass a port it knows is free (MASTER_PORT)
+    os.environ.setdefault("MASTER_PORT", str(29500 + env_int("SLURM_JOB_ID", default=0) % 500))
     return rank, world, local
 
 

@@ -28,7 +28,7 @@ Floors and where they come from:
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -303,18 +303,22 @@ SMOKE_SCRIPT = "images/workloads/train_smoke.py"
 
 
 def smoke_launch_spec(nodes: Sequence[str], ranks_per_node: int, python: str, script: str, data_dir: str,
-                      steps: int, extra: Sequence[str] = (), name: str = "gpufleet-smoke") -> LaunchSpec:
+                      steps: int, extra: Sequence[str] = (), name: str = "gpufleet-smoke",
+                      env: Mapping[str, str] | None = None) -> LaunchSpec:
     """The smoke job as an srun launch spec, run by the pool's launcher like any gate job.
 
     One task per GPU (`ranks_per_node`); the script reads its rank from SLURM_PROCID and its
     rendezvous from the launch node's address; `-l` prefixes each line with its rank, which
-    the parser strips.
+    the parser strips. `env` (e.g. MASTER_PORT) is set in srun's environment, which
+    `--export=ALL` hands to every task.
     """
     nodes = tuple(nodes)
-    argv = ("srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
+    env = dict(env or {})
+    prefix = ("env", *(f"{k}={v}" for k, v in sorted(env.items()))) if env else ()
+    argv = (*prefix, "srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
             f"--ntasks-per-node={ranks_per_node}", "--cpu-bind=none", "-l", "--export=ALL",
             python, script, f"--data-dir={data_dir}", f"--steps={steps}", *extra)
-    return LaunchSpec(kind="slurm", name=name, nodes=nodes, ranks=len(nodes) * ranks_per_node, env={}, argv=argv)
+    return LaunchSpec(kind="slurm", name=name, nodes=nodes, ranks=len(nodes) * ranks_per_node, env=env, argv=argv)
 
 
 def smoke_floor(instance: InstanceType | None, world_size: int, cfg: AcceptanceConfig) -> float | None:
@@ -397,7 +401,8 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 def image_checks(bundle: Bundle, image: str, gpus: int) -> list[CheckResult]:
     """The pinned image is on the node, and a container from it sees all the node's GPUs."""
     digest = _DIGEST.search(image)
-    assert digest is not None, "AcceptanceConfig.workload_image is pinned by digest"
+    if digest is None:
+        raise ValueError(f"workload image {image!r} is not pinned by digest (repo@sha256:<64 hex>)")
     out: list[CheckResult] = []
     f = bundle.get(IMAGE_PRESENT)
     if not f.collected:

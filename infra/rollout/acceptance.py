@@ -117,15 +117,17 @@ class LauncherSmokeCollector:
     """Runs the smoke job through the pool's launcher and keeps its output as the stage's bundle."""
 
     def __init__(self, launcher: Launcher, python: str, script: str, data_dir: str, ranks_per_node: int,
-                 steps: int, timeout_s: float = 900, extra: Sequence[str] = ()) -> None:
+                 steps: int, timeout_s: float = 900, extra: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.launcher, self.python, self.script, self.data_dir = launcher, python, script, data_dir
         self.ranks_per_node, self.steps, self.timeout_s, self.extra = ranks_per_node, steps, timeout_s, tuple(extra)
+        self.env = dict(env or {})
 
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
         if stage != SMOKE:
             raise ValueError(f"the launcher collects the smoke stage only, not {stage!r}")
         spec = A.smoke_launch_spec(nodes, self.ranks_per_node, self.python, self.script, self.data_dir, self.steps,
-                                   self.extra)
+                                   self.extra, env=self.env)
         result, = self.launcher.run([spec], self.timeout_s)
         record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
                             ended=result.ended)

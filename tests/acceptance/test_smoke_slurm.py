@@ -5,6 +5,7 @@ gradient corruption on one rank is caught by the check."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,9 +53,16 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSlurm
         cluster.down()
 
 
+def free_port() -> str:
+    """A port nothing listens on now (the local Slurm's daemons take random ones in 20000-60000)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def run_smoke(slurm: LocalSlurm, nodes: list[str], shared: Path, *extra: str):
     spec = A.smoke_launch_spec(nodes, 1, sys.executable, str(ROOT / A.SMOKE_SCRIPT), str(shared), steps=25,
-                               extra=extra, name=f"smoke-{len(nodes)}")
+                               extra=extra, name=f"smoke-{len(nodes)}", env={"MASTER_PORT": free_port()})
     result, = SlurmLauncher(slurm.cli(timeout_s=30)).run([spec], timeout_s=420)
     folder = write_bundle(shared / "bundle", {A.TRAIN_SMOKE: result.output}, Manifest(
         slot="acceptance-smoke", collected_by="slurm", files={A.TRAIN_SMOKE: FileRecord(
@@ -72,7 +80,7 @@ def test_smoke_job_over_four_slurm_nodes_trains_and_agrees(slurm, tmp_path):
         smoke_nodes=4, smoke_min_samples_per_second=50, smoke_loss_factor=0.5)})
     collector = LauncherSmokeCollector(SlurmLauncher(cluster.cli(timeout_s=30)), sys.executable,
                                        str(ROOT / A.SMOKE_SCRIPT), str(tmp_path / "shared"), ranks_per_node=1,
-                                       steps=25, timeout_s=420)
+                                       steps=25, timeout_s=420, env={"MASTER_PORT": free_port()})
     runner = AcceptanceRunner(spec, build_plan(spec), tmp_path / "state", collector,
                               catalog.get(spec.cluster.instance_type))
     outcome = runner.smoke(names[:4])
