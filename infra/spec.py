@@ -353,6 +353,36 @@ class OpsConfig(_Model):
         return self
 
 
+# --- configure -----------------------------------------------------------------------------
+
+class ConfigureConfig(_Model):
+    """How the rollout's Executor reaches a real stack's nodes (they have no public address).
+
+    `ssm` (default): the amazon.aws.aws_ssm connection by instance id, no inbound port; it moves
+    files through an S3 bucket, `ssmBucket`, by default the stack's own bucket (its `bucket`
+    output, which the node role may read and write). `ssh`: to the private IPs, through a bastion
+    (`sshProxyJump`, user@host) unless the controller sits inside the VPC; `sshUser` defaults to
+    the AMI family's login (ec2-user on al2023, ubuntu else); `sshPrivateKeyFile` is a path, never a key.
+    """
+
+    connection: Literal["ssm", "ssh"] = "ssm"
+    ssm_bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    ssh_user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    ssh_private_key_file: str | None = Field(default=None, pattern=r"^[^\s]+$")
+    ssh_proxy_jump: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]{0,31}@[A-Za-z0-9.-]+(:\d{1,5})?$")
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> "ConfigureConfig":
+        ssh_keys = {"sshUser": self.ssh_user, "sshPrivateKeyFile": self.ssh_private_key_file,
+                    "sshProxyJump": self.ssh_proxy_jump}
+        if self.connection == "ssm" and any(v is not None for v in ssh_keys.values()):
+            given = ", ".join(k for k, v in ssh_keys.items() if v is not None)
+            raise ValueError(f"{given} only apply to connection ssh (this stack's connection is ssm)")
+        if self.connection == "ssh" and self.ssm_bucket is not None:
+            raise ValueError("ssmBucket only applies to connection ssm (this stack's connection is ssh)")
+        return self
+
+
 # --- simulator ----------------------------------------------------------------------------
 
 SimFaultKind = Literal[
@@ -456,6 +486,7 @@ class ClusterSpec(_Model):
     simulator: SimulatorConfig | None = None
     ops: OpsConfig = OpsConfig()
     upgrade: UpgradeConfig = UpgradeConfig()
+    configure: ConfigureConfig = ConfigureConfig()
 
     @property
     def simulated(self) -> bool:

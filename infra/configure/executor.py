@@ -22,7 +22,7 @@ from infra.bom import Bom, load_bom, resolve_bom_path
 from infra.configure.extravars import LustreMount, configure_extravars
 from infra.configure.inventory import Connection, Node, SshConnection, SsmConnection
 from infra.configure.runner import AnsibleConfigurator, HostProgress, Verdict
-from infra.errors import ConfigError
+from infra.errors import ConfigError, PoolError
 from infra.project import Project
 from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
 from infra.spec import ClusterSpec
@@ -36,7 +36,7 @@ class AnsibleExecutor:
 
     def __init__(self, runner: AnsibleConfigurator, connection: Connection, site_vars: Mapping[str, Any], *,
                  groups: Sequence[str] = (), context: Mapping[str, Any] | None = None,
-                 preflight_vars: Mapping[str, Any] | None = None,
+                 preflight_vars: Mapping[str, Any] | None = None, service_hosts: Sequence[Node] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.runner = runner
         self.connection = connection
@@ -46,10 +46,20 @@ class AnsibleExecutor:
         if isinstance(connection, SshConnection) and connection.user == "root":
             self.context.setdefault("gpufleet_become", False)  # already root: no sudo needed (or installed)
         self.preflight_vars = dict(preflight_vars or {})
+        # hosts every configure run includes besides the batch (the Slurm controller, `gpu=False`):
+        # site.yml configures them before the nodes, idempotently on every later batch
+        self.service_hosts = tuple(service_hosts)
         self.clock = clock
 
     def configure(self, instances: Sequence[Instance]) -> StageResult:
-        return self._stage("configure", instances, "site.yml", self.site_vars)
+        stage = self._stage("configure", instances, "site.yml", self.site_vars, self.service_hosts)
+        for host in self.service_hosts:
+            outcome = stage.hosts.pop(host.slot, None)
+            if outcome is not None and outcome.status is not HostStatus.OK:
+                # not the batch's fault: replacing its nodes would not help, so the rollout stops here
+                at = f" at task {outcome.task!r}" if outcome.task else ""
+                raise PoolError(f"configure {outcome.status.value}{at}: {outcome.message}", node=host.slot)
+        return stage
 
     def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:
         dest = Path(dest)
@@ -85,7 +95,7 @@ class AnsibleExecutor:
                     hostvars={"gpufleet_batch": instance.batch, "gpufleet_block": instance.block})
 
     def _stage(self, stage: str, instances: Sequence[Instance], playbook: str,
-               extravars: Mapping[str, Any]) -> StageResult:
+               extravars: Mapping[str, Any], service_hosts: Sequence[Node] = ()) -> StageResult:
         started = self.clock()
         hosts: dict[str, HostOutcome] = {}
         nodes: list[Node] = []
@@ -96,6 +106,7 @@ class AnsibleExecutor:
             else:
                 nodes.append(node)
         if nodes:
+            nodes.extend(service_hosts)
             last_event: dict[str, float] = {}
 
             def on_progress(p: HostProgress) -> None:
@@ -125,13 +136,16 @@ class AnsibleExecutor:
 
 def stack_executor(spec: ClusterSpec, project: Project, stack: str, connection: Connection, *,
                    bom: Bom | None = None, lustre: LustreMount | None = None, munge_secret_id: str | None = None,
+                   slurm_vars: Mapping[str, Any] | None = None, service_hosts: Sequence[Node] = (),
                    forks: int = 50) -> AnsibleExecutor:
     """The executor a stack's rollout uses: its BOM, OS, instance type, pool and gate settings;
-    run artifacts under the project's `.gpufleet/<stack>/runner/`."""
+    run artifacts under the project's `.gpufleet/<stack>/runner/`. `slurm_vars` (the generated
+    configuration files, `infra.pool.slurm.files`) override the BOM's Slurm pin; `service_hosts`
+    join every configure run (the Slurm controller)."""
     instance = catalog.CATALOG[spec.cluster.instance_type]
     bom = bom or load_bom(resolve_bom_path(spec, project))
     site_vars = configure_extravars(bom, spec.image.os, instance, lustre=lustre, munge_secret_id=munge_secret_id,
-                                    region=spec.cluster.region)
+                                    region=spec.cluster.region) | dict(slurm_vars or {})
     runner = AnsibleConfigurator(project.state_dir(stack), playbook_dir=project.playbooks_dir, forks=forks)
     groups = (spec.pool.type,) if spec.pool.type in ("slurm", "kubernetes") else ()
     context = {"gpufleet_stack": stack, "gpufleet_instance_type": spec.cluster.instance_type}
@@ -139,4 +153,4 @@ def stack_executor(spec: ClusterSpec, project: Project, stack: str, connection: 
     if lustre:
         preflight_vars["gpufleet_lustre_mount"] = lustre.mount_path
     return AnsibleExecutor(runner, connection, site_vars, groups=groups, context=context,
-                           preflight_vars=preflight_vars)
+                           preflight_vars=preflight_vars, service_hosts=service_hosts)

@@ -20,13 +20,15 @@ _ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the provisioner's inventory; `groups` add to `gpu` (e.g. `slurm`)."""
+    """One node of the provisioner's inventory; `groups` add to `gpu` (e.g. `slurm`). A host that is no
+    GPU node (the Slurm controller) has `gpu=False`: only its own groups' plays reach it."""
 
     slot: str
     address: str
     instance_id: str | None = None
     groups: tuple[str, ...] = ()
     hostvars: Mapping[str, Any] = field(default_factory=dict)
+    gpu: bool = True
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> "Node":
@@ -44,6 +46,7 @@ class SshConnection:
     connect_timeout_s: int = 10
     server_alive_interval_s: int = 2
     server_alive_count_max: int = 2
+    proxy_jump: str | None = None  # user@bastion: the nodes have private addresses only
 
     def ssh_args(self, known_hosts: Path) -> str:
         """For ANSIBLE_SSH_ARGS: keep-alives + a per-run known_hosts (fresh nodes, new keys)."""
@@ -60,6 +63,8 @@ class SshConnection:
         out: dict[str, Any] = {"ansible_host": node.address, "ansible_user": self.user, "ansible_port": self.port}
         if self.private_key_file:
             out["ansible_ssh_private_key_file"] = str(self.private_key_file)
+        if self.proxy_jump:
+            out["ansible_ssh_common_args"] = f"-o ProxyJump={self.proxy_jump}"
         return out
 
 
@@ -92,7 +97,7 @@ Connection = Union[SshConnection, SsmConnection, ChrootConnection]
 
 
 def build_inventory(nodes: Iterable[Node], connection: Connection) -> dict[str, Any]:
-    """YAML-style inventory dict: every node in `gpu`, plus its own groups."""
+    """YAML-style inventory dict: every GPU node in `gpu`, plus each node's own groups."""
     hosts: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"gpu": []}
     for node in nodes:
@@ -101,7 +106,8 @@ def build_inventory(nodes: Iterable[Node], connection: Connection) -> dict[str, 
         if node.slot in hosts:
             raise ConfigError(f"slot {node.slot!r} appears twice in the node inventory")
         hosts[node.slot] = {**connection.hostvars(node), **node.hostvars}
-        groups["gpu"].append(node.slot)
+        if node.gpu:
+            groups["gpu"].append(node.slot)
         for g in node.groups:
             groups.setdefault(g, []).append(node.slot)
     children = {g: {"hosts": {h: None for h in members}} for g, members in groups.items()}

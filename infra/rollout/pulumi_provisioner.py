@@ -255,6 +255,11 @@ class PulumiProvisioner:
         """Read-only, so not serialized: `stack export` reads the last checkpoint, even mid-update."""
         return self._state_nodes()
 
+    def outputs(self) -> dict[str, Any]:
+        """The stack's outputs as of its last update (`bucket`, `slurmControllerIp`, ...), plain values.
+        Read-only like `inventory`: the configure stage reads them after its batch's update."""
+        return {name: _value(out) for name, out in self.stack.outputs().items()}
+
     # -- steps --------------------------------------------------------------------------------------
 
     def instance_urn(self, slot: str) -> str:

@@ -3,12 +3,17 @@
 Why one place: the orchestrator cannot tell the adapters apart; only this module knows that a
 `gpufleet:simulator` key means the embedded cloud (`infra.sim`), and that a real stack means Pulumi
 (Automation API) and Ansible; the pool is the stack's (`infra.pool.factory.pool_for`) either way.
+
+A real stack's Executor needs the stack's outputs (the SSM bucket, the Slurm controller and its
+munge secret), which exist only once the first batch's update ran: it is built at its first call
+(`_FirstUseExecutor`), from `gpufleet:configure` and those outputs (`real_executor`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from infra.bom import load_bom
 from infra.errors import ConfigError
@@ -17,8 +22,14 @@ from infra.gates.settings import GateSettings
 from infra.plan.model import ClusterPlan
 from infra.project import Project
 from infra.rollout.orchestrator import Adapters, Options
-from infra.rollout.ports import WallClock
+from infra.rollout.ports import Executor, HostOutcome, Instance, RemediateAction, StageResult, WallClock
 from infra.spec import ClusterSpec
+
+if TYPE_CHECKING:
+    from infra.configure.executor import AnsibleExecutor
+    from infra.configure.inventory import Connection, Node
+
+CONTROLLER_SLOT = "slurm-controller"  # the controller's inventory host (not a GPU node, no slot of the plan)
 
 
 @dataclass
@@ -56,9 +67,6 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
         pool = _pool(spec, plan, project, stack, cloud.launcher)
         return Wiring(Adapters(cloud.provisioner, cloud.executor, pool, cloud.clock), threaded=False,
                       simulator=cloud)
-    from infra.configure.executor import stack_executor
-    from infra.configure.inventory import SshConnection
-
     try:
         from infra.rollout.pulumi_provisioner import PulumiProvisioner  # type: ignore[import-not-found]
     except ImportError as exc:
@@ -66,8 +74,7 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
                           expected="a simulated stack, or an installation with infra.rollout.pulumi_provisioner"
                           ) from None
     provisioner = PulumiProvisioner.for_stack(spec, project, stack)
-    user = "ec2-user" if spec.image.os == "al2023" else "ubuntu"  # the AMI families' default login
-    executor = stack_executor(spec, project, stack, SshConnection(user=user))
+    executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
     pool = _pool(spec, plan, project, stack, None)
     return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True)
 
@@ -77,3 +84,85 @@ def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, la
     from infra.pool.factory import pool_for
 
     return pool_for(spec, project, stack, launcher=launcher, plan=plan)
+
+
+# --- the real Executor ----------------------------------------------------------------------------
+
+class _FirstUseExecutor:
+    """The Executor port, built by `build` at its first call (after the first batch's update)."""
+
+    def __init__(self, build: Callable[[], Executor]) -> None:
+        self._build = build
+        self._executor: Executor | None = None
+
+    def _get(self) -> Executor:
+        if self._executor is None:
+            self._executor = self._build()
+        return self._executor
+
+    def configure(self, instances: Sequence[Instance]) -> StageResult:
+        return self._get().configure(instances)
+
+    def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:
+        return self._get().preflight(instances, dest)
+
+    def remediate(self, instance: Instance, action: RemediateAction) -> HostOutcome:
+        return self._get().remediate(instance, action)
+
+
+def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str,
+                  outputs: Mapping[str, Any]) -> "AnsibleExecutor":
+    """The stack's AnsibleExecutor over its `gpufleet:configure` connection, mounting the stack's FSx;
+    on a Slurm pool it also writes the controller's configuration files and configures the controller
+    with every batch."""
+    from infra.configure.executor import stack_executor
+    from infra.configure.extravars import LustreMount
+    from infra.pool.slurm.files import write_slurm_config
+
+    connection = connection_for(spec, outputs, project)
+    lustre = (LustreMount(str(outputs["fsxDnsName"]), str(outputs["fsxMountName"]), spec.storage.mount_path)
+              if outputs.get("fsxDnsName") and outputs.get("fsxMountName") else None)
+    if spec.pool.type != "slurm":
+        return stack_executor(spec, project, stack, connection, lustre=lustre)
+    ip, instance_id, munge = (_output(outputs, name) for name in
+                              ("slurmControllerIp", "slurmControllerInstanceId", "slurmMungeKeySecretArn"))
+    slurm_vars = write_slurm_config(spec, plan, project, stack, ip)
+    return stack_executor(spec, project, stack, connection, lustre=lustre, munge_secret_id=munge, slurm_vars=slurm_vars,
+                          service_hosts=[controller_host(connection, ip, instance_id)])
+
+
+def connection_for(spec: ClusterSpec, outputs: Mapping[str, Any], project: Project) -> "Connection":
+    """SSM with the configured bucket (else the stack's own `bucket` output), or SSH as configured."""
+    from infra.configure.inventory import SshConnection, SsmConnection
+
+    cfg = spec.configure
+    if cfg.connection == "ssm":
+        bucket = cfg.ssm_bucket or outputs.get("bucket")
+        if not bucket:
+            raise ConfigError("the aws_ssm connection moves files through an S3 bucket, and this stack names none "
+                              "and has no `bucket` output", field="gpufleet:configure.ssmBucket",
+                              expected="an S3 bucket the nodes' role may read and write, or connection: ssh")
+        return SsmConnection(bucket=str(bucket), region=spec.cluster.region)
+    key = cfg.ssh_private_key_file
+    return SshConnection(user=cfg.ssh_user or ("ec2-user" if spec.image.os == "al2023" else "ubuntu"),
+                         private_key_file=project.path(Path(key).expanduser()) if key else None,
+                         proxy_jump=cfg.ssh_proxy_jump)
+
+
+def controller_host(connection: "Connection", ip: str, instance_id: str) -> "Node":
+    """The Slurm controller as an inventory host of group `slurm_controller` (site.yml's controller play)."""
+    from infra.configure.inventory import Node, SsmConnection
+
+    address = instance_id if isinstance(connection, SsmConnection) else ip
+    return Node(slot=CONTROLLER_SLOT, address=address, instance_id=instance_id, groups=("slurm_controller",),
+                gpu=False)
+
+
+def _output(outputs: Mapping[str, Any], name: str) -> str:
+    value = outputs.get(name)
+    if not value:
+        raise ConfigError(f"the stack has no `{name}` output, which a Slurm pool's controller needs",
+                          field="gpufleet:pool.type",
+                          expected="a stack whose Pulumi program created the Slurm controller (its first batch's "
+                                   "`pulumi up` exports it)")
+    return str(value)
