@@ -192,3 +192,12 @@ def test_configure_section_is_validated(project, configure, field):
     raw = raw_from_stack_yaml(project.stacks_dir / "Pulumi.dev.yaml")
     with pytest.raises(ConfigErrors, match=field):
         ClusterSpec.from_raw({**raw, "configure": configure}, source="stacks/Pulumi.dev.yaml")
+
+
+def test_provisioner_outputs_are_plain_values_of_the_selected_stack():
+    from pulumi import automation as auto
+
+    stack = SimpleNamespace(outputs=lambda: {"bucket": auto.OutputValue("dev-data-1a2b3c4d", False),
+                                             "slurmMungeKeySecretArn": auto.OutputValue("arn:x", True)})
+    provisioner = pulumi_provisioner.PulumiProvisioner(stack, "gpufleet", ec2=lambda: None)
+    assert provisioner.outputs() == {"bucket": "dev-data-1a2b3c4d", "slurmMungeKeySecretArn": "arn:x"}
