@@ -141,7 +141,7 @@ def connection_for(spec: ClusterSpec, outputs: Mapping[str, Any], project: Proje
         if not bucket:
             raise ConfigError("the aws_ssm connection moves files through an S3 bucket, and this stack names none "
                               "and has no `bucket` output", field="gpufleet:configure.ssmBucket",
-                              expected="an S3 bucket the nodes' role may read and write, or connection: ssh")
+                              expected="an S3 bucket your AWS credentials may read and write, or connection: ssh")
         return SsmConnection(bucket=str(bucket), region=spec.cluster.region)
     key = cfg.ssh_private_key_file
     return SshConnection(user=cfg.ssh_user or ("ec2-user" if spec.image.os == "al2023" else "ubuntu"),
