@@ -360,8 +360,9 @@ class ConfigureConfig(_Model):
 
     `ssm` (default): the amazon.aws.aws_ssm connection by instance id, no inbound port; it moves
     files through an S3 bucket, `ssmBucket`, by default the stack's own bucket (its `bucket`
-    output; the plugin hands nodes presigned URLs made with the operator's credentials). `ssh`: to the private IPs, through a bastion
-    (`sshProxyJump`, user@host) unless the controller sits inside the VPC; `sshUser` defaults to
+    output; the plugin hands nodes presigned URLs made with the operator's credentials). `ssh`: to
+    the private IPs, through a bastion (`sshProxyJump`, user@host) unless the controller sits inside
+    the VPC; `sshUser` defaults to
     the AMI family's login (ec2-user on al2023, ubuntu else); `sshPrivateKeyFile` is a path, never a key.
     """
 
