@@ -362,8 +362,8 @@ class ConfigureConfig(_Model):
     files through an S3 bucket, `ssmBucket`, by default the stack's own bucket (its `bucket`
     output; the plugin hands nodes presigned URLs made with the operator's credentials). `ssh`: to
     the private IPs, through a bastion (`sshProxyJump`, user@host) unless the controller sits inside
-    the VPC; `sshUser` defaults to
-    the AMI family's login (ec2-user on al2023, ubuntu else); `sshPrivateKeyFile` is a path, never a key.
+    the VPC; `sshUser` defaults to the AMI family's login (ec2-user on al2023, ubuntu else);
+    `sshPrivateKeyFile` is a path, never a key.
     """
 
     connection: Literal["ssm", "ssh"] = "ssm"
