@@ -148,9 +148,11 @@ def test_a_job_above_the_partition_limit_pends(cluster: Cluster):
     nodes = _pending(cluster, 10, 11, 12, 13, 14)  # the whole debug block, admitted
     pool.register_pending(nodes)
     pool.admit_many([(n.slot, record(n)) for n in nodes])
-    ok = cluster.sh("sbatch", "--parsable", *unit_request_args(cluster.plan, "debug", 1, "tree"), "--wrap", "sleep 30")
+    ok = cluster.sh("sbatch", "--parsable", "--output=/dev/null", *unit_request_args(cluster.plan, "debug", 1, "tree"),
+                    "--wrap", "sleep 30")
     assert _wait_job(cluster, ok.strip(), ("RUNNING",)).split("|")[0] == "RUNNING"
-    big = cluster.sh("sbatch", "--parsable", *unit_request_args(cluster.plan, "debug", 2, "tree"), "--wrap", "true")
+    big = cluster.sh("sbatch", "--parsable", "--output=/dev/null", *unit_request_args(cluster.plan, "debug", 2, "tree"),
+                     "--wrap", "true")
     state = _wait_job(cluster, big.strip(), ("PENDING",))
     # quota 1 unit = MaxNodes 2; 2 units need 3 nodes. 22.05 says PartitionConfig, then PartitionNodeLimit
     assert state.split("|")[1] in ("PartitionNodeLimit", "PartitionConfig"), state
