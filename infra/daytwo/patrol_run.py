@@ -22,7 +22,7 @@ from infra.daytwo.context import DayTwo
 from infra.daytwo.patrol import PatrolResult, judge, select, since_for, worst_first
 from infra.gates import bundle as B
 from infra.pool.protocol import NodeState
-from infra.pool.sim import write_atomic
+from infra.durable import write_atomic
 from infra.rollout.ports import HostStatus
 
 LAST = "last.json"

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
+from infra.durable import write_atomic
 from infra.errors import PoolError
 from infra.gates.admission import AdmissionRecord
 from infra.pool import transitions
@@ -203,18 +204,3 @@ def _node(raw: dict[str, Any] | None) -> PoolNode | None:
     if raw is None:
         return None
     return PoolNode(**{**raw, "state": NodeState(raw["state"])})
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file, fsync, rename, fsync of the folder: a crash leaves the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

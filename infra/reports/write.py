@@ -8,13 +8,12 @@ the old file or the new one, never half of one. Callers pass `Project.reports_di
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, SerializeAsAny, TypeAdapter
 
+from infra.durable import write_atomic
 from infra.errors import ConfigError
 from infra.reports.document import Document
 from infra.reports.render import html, junit, markdown
@@ -52,20 +51,6 @@ def render_all(document: Document, source: Source, formats: Iterable[str], basen
     return {f: renderers[f]() for f in wanted}
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(document: Document, source: Source, out_dir: Path, basename: str,
                  formats: Iterable[str] = FORMATS, md_limit: int = markdown.STEP_SUMMARY_LIMIT) -> dict[str, Path]:
     """Render `document` (and `source` for JSON) in `formats`, then write `out_dir/basename*`.
@@ -80,6 +65,6 @@ def write_report(document: Document, source: Source, out_dir: Path, basename: st
     written = {}
     for fmt, text in texts.items():
         path = out_dir / f"{basename}{SUFFIX[fmt]}"
-        atomic_write(path, text)
+        write_atomic(path, text)
         written[fmt] = path
     return written

@@ -24,7 +24,7 @@ from infra.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
 from infra.gates.verdict import CheckResult
 from infra.plan.model import ClusterPlan
 from infra.pool.protocol import Launcher
-from infra.pool.sim import write_atomic
+from infra.durable import write_atomic
 from infra.spec import ClusterSpec
 
 STORAGE, NETWORK, SMOKE = "storage", "network", "smoke"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 import infra
+from infra.durable import fsync_dir
 from infra.errors import GpufleetError
 from infra.rollout import state as st
 
@@ -100,7 +101,7 @@ class LocalJournalStore:
             created = not self.path.exists()
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             if created:
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
         payload = (line + "\n").encode()
         written = os.write(self._fd, payload)
         if written != len(payload):  # a short write on a regular file: disk full
@@ -112,21 +113,13 @@ class LocalJournalStore:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         target = self.path.with_name(f"journal.{stamp}.jsonl")
         os.replace(self.path, target)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         return str(target)
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Journal:

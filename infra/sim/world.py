@@ -17,20 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from infra.pool.sim import write_atomic  # temp file, fsync, rename, fsync of the folder
+from infra.durable import fsync_dir, write_atomic
 
 LEDGER = "ledger.jsonl"
 REMEDIES = "remedies.json"
 PROGRAM = "program.json"
 FAULTS = "faults.json"  # the seeded truth this cloud was created with (and its digest)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -118,7 +110,7 @@ class Ledger:
         finally:
             os.close(fd)
         if new:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         for r in rows:
             self._fold(r)
 

@@ -27,7 +27,7 @@ from infra.gates import versions as gate_versions
 from infra.gates.admission import AdmissionRecord
 from infra.gates.settings import GateSettings
 from infra.pool.protocol import NodeState, PendingNode
-from infra.pool.sim import write_atomic
+from infra.durable import write_atomic
 from infra.rollout.orchestrator import Adapters
 from infra.rollout.ports import Executor, Instance
 from infra.upgrade.plan import plan_groups

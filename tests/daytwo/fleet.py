@@ -12,7 +12,7 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from infra.cli import main
-from infra.pool.sim import write_atomic
+from infra.durable import write_atomic
 from tests.rollout.project import make_project
 
 STACK = "crash40"

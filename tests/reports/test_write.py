@@ -48,9 +48,9 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypa
     def boom(fd):
         raise OSError("disk full")
 
-    monkeypatch.setattr(W.os, "fsync", boom)
+    monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError, match="disk full"):
-        W.atomic_write(target, "new")
+        W.write_atomic(target, "new")
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["r.md"]
 
 

@@ -8,7 +8,7 @@ the stack's state dir for review. Nothing in them is secret (munge's key never i
 from __future__ import annotations
 
 from infra.plan.model import ClusterPlan
-from infra.pool.sim import write_atomic
+from infra.durable import write_atomic
 from infra.pool.slurm.conf import RealFlavour, generate
 from infra.project import Project
 from infra.spec import ClusterSpec
