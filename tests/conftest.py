@@ -11,6 +11,9 @@ from infra.cloud.capture import Capture
 from infra.cloud.snapshot import capture_for_snapshot
 from infra.spec import available_stacks
 
+# the rolled-out day-two fleet, shared by tests/daytwo, tests/patrol and tests/upgrade
+pytest_plugins = ["tests.daytwo.fleet"]
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 

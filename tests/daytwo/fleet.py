@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from infra.cli import main
@@ -28,6 +29,20 @@ def rolled_out(base: Path) -> Path:
 def copy_project(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst
+
+
+# Fixtures for tests/daytwo, tests/patrol and tests/upgrade (a pytest plugin of the root conftest):
+# one rollout per session, shared by the three folders.
+
+@pytest.fixture(scope="session")
+def fleet_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rolled_out(tmp_path_factory.mktemp("daytwo-fleet"))
+
+
+@pytest.fixture
+def fleet(fleet_base: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the rolled-out crash40 project for one test."""
+    return copy_project(fleet_base, tmp_path / "project")
 
 
 def gpufleet(project: Path, *args: str, actor: str = "alice@ops") -> Result:
