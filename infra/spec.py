@@ -353,6 +353,23 @@ class OpsConfig(_Model):
         return self
 
 
+# --- cost --------------------------------------------------------------------------------
+
+class CostConfig(_Model):
+    """How `gpufleet cost` prices GPU time and what it calls waste.
+
+    Why a stack decision: the rate a team pays depends on how its capacity was bought, and an
+    operator with a negotiated rate (a savings plan, a private price) must be able to say so
+    instead of being shown a list price. `pricing` None follows `cluster.capacity.type`.
+    """
+
+    pricing: Literal["on-demand", "reservation", "capacity-block"] | None = None
+    price_per_instance_hour: float | None = Field(default=None, gt=0)  # USD; replaces the catalog's price
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")  # DCGM metrics; None: not read
+    low_util_percent: float = Field(default=30, ge=0, le=100)  # a job averaging below this held GPUs idle
+    min_idle_minutes: float = Field(default=15, ge=0)  # idle stretches shorter than this are scheduling gaps
+
+
 # --- configure -----------------------------------------------------------------------------
 
 class ConfigureConfig(_Model):
@@ -488,6 +505,7 @@ class ClusterSpec(_Model):
     ops: OpsConfig = OpsConfig()
     upgrade: UpgradeConfig = UpgradeConfig()
     configure: ConfigureConfig = ConfigureConfig()
+    cost: CostConfig = CostConfig()
 
     @property
     def simulated(self) -> bool:
