@@ -345,6 +345,14 @@ class OpsConfig(_Model):
     max_quarantine_share: float = Field(default=0.1, gt=0, le=1)
     page_command: tuple[str, ...] = ()  # argv run with the page as JSON on stdin; empty: log only
     tenants: tuple[Tenant, ...] = ()
+    # Slurm: slurmdbd on the head node; the generated slurm.conf then enforces associations, limits
+    # and QOS, which is what makes a partition's AllowAccounts (from `tenants`) mean anything
+    slurm_accounting: bool = False
+    slurmdbd_port: int = Field(default=6819, ge=1, le=65535)
+    # Kubernetes: `stack` installs the pinned kube-prometheus-stack chart; `existing` leaves
+    # Prometheus to the user and creates ServiceMonitors and a PrometheusRule for theirs
+    prometheus: Literal["stack", "existing"] = "stack"
+    prometheus_rule_labels: dict[str, str] = Field(default_factory=dict)  # the user's ruleSelector labels
 
     @model_validator(mode="after")
     def _range(self) -> "OpsConfig":
