@@ -298,7 +298,8 @@ class UpgradeConfig(_Model):
     """Grey upgrades of a live pool (`gpufleet upgrade`): whole blocks per group, the canary group
     one block, each later group `groupGrowth` times the blocks of the one before, never more than
     `maxUnavailableUnits` units of a partition out of service at once (partitions not listed:
-    `maxUnavailableFraction` of their units, never less than their largest block)."""
+    `maxUnavailableFraction` of their units, raised to their largest block when that leaves a unit in
+    service; a block holding all of a partition's units is upgraded in pieces; see infra/upgrade/plan.py)."""
 
     group_growth: float = Field(default=2.0, ge=1.0)
     max_unavailable_units: dict[str, int] = Field(default_factory=dict)
