@@ -18,7 +18,7 @@ import json
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -281,11 +281,20 @@ class PoolConfig(_Model):
         return v
 
 
+AMI_PATTERN = r"^ami-[0-9a-f]{8,17}$"
+
+
 class ImageConfig(_Model):
+    """The image new instances boot. `slotAmis` (slot -> AMI id) moves single slots to another
+    image: what a reimage upgrade sets group by group (`pulumi config set --path
+    'gpufleet:image.slotAmis["<slot>"]' ami-...`); every slot not listed keeps the AMI it was
+    deployed with."""
+
     os: Literal["al2023", "ubuntu-22.04", "ubuntu-24.04"] = "al2023"
-    ami_id: str | None = Field(default=None, pattern=r"^ami-[0-9a-f]{8,17}$")
+    ami_id: str | None = Field(default=None, pattern=AMI_PATTERN)
     ami_ssm_parameter: str | None = Field(default=None, pattern=r"^/.+")
     bom: str = "images/bom.yaml"
+    slot_amis: dict[str, Annotated[str, Field(pattern=AMI_PATTERN)]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_source(self) -> "ImageConfig":
@@ -305,6 +314,10 @@ class UpgradeConfig(_Model):
     max_unavailable_units: dict[str, int] = Field(default_factory=dict)
     max_unavailable_fraction: float = Field(default=0.1, gt=0, le=1)
     drain_timeout_s: float = Field(default=3600.0, gt=0)  # running work past this holds the group: it halts
+    # auto: reimage the nodes whose AMI is not the stack's pinned image.amiId, site.yml in place on the
+    # rest; inplace: site.yml only (a new AMI reaches new instances only); reimage: as auto, but a
+    # stack without a pinned image.amiId is refused instead of silently upgraded in place
+    method: Literal["auto", "inplace", "reimage"] = "auto"
 
     @field_validator("max_unavailable_units")
     @classmethod
