@@ -1,8 +1,11 @@
 """Slurm accounting for real: MariaDB and slurmdbd started by the test under a temp dir (Debian's
-`mariadb-server` and `slurmdbd`), one slurmctld and slurmd with AllowAccounts and enforced
-associations, the accounts and QOS of `gpufleet ops access` created with its own sacctmgr
-commands; a job from an account without access to a partition is refused, one with access runs.
-Every daemon is started here, on free ports, and stopped by its process handle."""
+`mariadb-server` and `slurmdbd`), slurmctld on the slurm.conf gpufleet generates for a stack with
+tenants and accounting (`infra.pool.slurm.conf`: AllowAccounts per partition, EnforcePartLimits=ALL,
+enforced associations), the accounts and QOS of `gpufleet ops access` created with its own sacctmgr
+commands; a job from an account without access to a partition is refused at submission by the
+partition's AllowAccounts, one with access is accepted. Every daemon is started here, on free
+ports, and stopped by its process handle (no slurmd: the nodes stay drained, pending their gates,
+and submission is what is tested)."""
 
 from __future__ import annotations
 
@@ -18,14 +21,24 @@ from typing import Iterator
 import pytest
 
 from infra.ops import access as acc
-from infra.spec import Tenant
+from infra.plan import build_plan
+from infra.pool.slurm.conf import LocalFlavour, generate
+from infra.pool.slurm.local import slurm_version
+from infra.spec import ClusterSpec, Tenant
+from tests.pool.conftest import small_spec
 
-CLUSTER = "gpufleetacct"
 TENANTS = (Tenant(name="vision", partitions=("train",), members=("root",)),
            Tenant(name="speech", partitions=("debug",), members=("nobody",)))
 # Slurm lets root past AllowAccounts: the jobs are submitted as `nobody` (uid 65534, auth/none)
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 QUOTAS = [acc.PartitionQuota("train", 8), acc.PartitionQuota("debug", 8)]
+
+
+def _stack() -> ClusterSpec:
+    """The pool tests' three-block stack with these tenants and Slurm accounting."""
+    raw = small_spec().model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["ops"] = {"tenants": [t.model_dump(by_alias=True, mode="json") for t in TENANTS], "slurmAccounting": True}
+    return ClusterSpec.from_raw(raw, source="tests/ops/test_slurm_accounting.py")
 
 
 def _free_port() -> int:
@@ -68,13 +81,16 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture
-def accounting(tmp_path: Path) -> Iterator[dict[str, str]]:
+def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """The submitter's environment and slurmctld's log."""
     _install()
     root = tmp_path
-    for d in ("db", "state", "spool", "run", "log"):
+    for d in ("db", "state", "spool", "run", "log", "etc"):
         (root / d).mkdir()
     procs: list[subprocess.Popen] = []
-    db_port, dbd_port, ctld_port, slurmd_port = (_free_port() for _ in range(4))
+    db_port, dbd_port, ctld_port, node_port = (_free_port() for _ in range(4))
+    spec = _stack()
+    cluster = spec.cluster.name
     try:
         subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
                         "--auth-root-authentication-method=normal", "--skip-test-db"],
@@ -84,32 +100,24 @@ def accounting(tmp_path: Path) -> Iterator[dict[str, str]]:
                                        f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}",
                                        ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         _wait("mariadbd", lambda: _listening(db_port), root / "log" / "mysql.log", procs[-1])
-        dbd_conf = root / "slurmdbd.conf"
+        dbd_conf = root / "etc" / "slurmdbd.conf"
         dbd_conf.write_text("\n".join([
             "AuthType=auth/none", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
             "StorageUser=root", "StorageLoc=slurm_acct_db", f"PidFile={root / 'run' / 'slurmdbd.pid'}",
             f"LogFile={root / 'log' / 'slurmdbd.log'}", "DebugLevel=info"]) + "\n")
         dbd_conf.chmod(0o600)
-        slurm_conf = root / "slurm.conf"
-        allow = acc.allow_accounts(TENANTS, [q.name for q in QUOTAS])
-        slurm_conf.write_text("\n".join([
-            f"ClusterName={CLUSTER}", "SlurmctldHost=localhost", f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}",
-            "SlurmUser=root", "AuthType=auth/none", "CredType=cred/none", f"StateSaveLocation={root / 'state'}",
-            f"SlurmdSpoolDir={root / 'spool'}", f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}", f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={root / 'log' / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
-            f"AccountingStoragePort={dbd_port}", "AccountingStorageEnforce=associations,limits,qos",
-            "AccountingStorageTRES=gres/gpu", "GresTypes=gpu", "EnforcePartLimits=ALL", "JobCompType=jobcomp/none", "ReturnToService=2",
-            "NodeName=acct1 NodeHostname=localhost CPUs=1 State=UNKNOWN"]
-            + [f"PartitionName={p} Nodes=acct1 AllowAccounts={a} State=UP" for p, a in allow.items()]) + "\n")
+        flavour = LocalFlavour(root=root, controller_port=ctld_port, first_node_port=node_port, slurmdbd_port=dbd_port)
+        config = generate(spec, build_plan(spec), flavour, slurm_version())
+        for name, text in config.files().items():
+            (root / "etc" / name).write_text(text)
+        slurm_conf = root / "etc" / "slurm.conf"
         env = dict(os.environ, SLURM_CONF=str(slurm_conf))
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF
         procs.append(subprocess.Popen(["slurmdbd", "-D"], env=env, stdout=subprocess.DEVNULL,
                                       stderr=(root / "log" / "slurmdbd.log").open("a")))
         _wait("slurmdbd", lambda: _listening(dbd_port), root / "log" / "slurmdbd.log", procs[-1])
-        commands = acc.sacctmgr_commands(TENANTS, QUOTAS, CLUSTER)
+        commands = acc.sacctmgr_commands(TENANTS, QUOTAS, cluster)
         assert commands[0][2:4] == ["add", "cluster"]
 
         def sacctmgr(argv: list[str]) -> None:
@@ -126,17 +134,13 @@ def accounting(tmp_path: Path) -> Iterator[dict[str, str]]:
             timeout=30).stdout, root / "log" / "slurmctld.log", procs[-1])
         for argv in commands[1:]:
             sacctmgr(argv)
-        procs.append(subprocess.Popen(["slurmd", "-D", "-N", "acct1"], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait("slurmd", lambda: "idle" in subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True,
-                                                         text=True, timeout=10).stdout, root / "log" / "slurmd.log",
-              procs[-1])
         # a world-readable copy of slurm.conf for the unprivileged submitter (tmp_path is root-only)
         client = Path(tempfile.mkdtemp(prefix="gpufleet-acct-"))
         client.chmod(0o755)
-        shutil.copy(slurm_conf, client / "slurm.conf")
-        (client / "slurm.conf").chmod(0o644)
-        yield dict(env, SLURM_CONF=str(client / "slurm.conf"))
+        for name in config.files():
+            shutil.copy(root / "etc" / name, client / name)
+            (client / name).chmod(0o644)
+        yield dict(env, SLURM_CONF=str(client / "slurm.conf")), root / "log" / "slurmctld.log"
         shutil.rmtree(client)
     finally:
         for p in reversed(procs):
@@ -148,17 +152,25 @@ def accounting(tmp_path: Path) -> Iterator[dict[str, str]]:
                 p.kill()
 
 
-def test_an_account_without_access_to_a_partition_is_refused(accounting: dict[str, str]) -> None:
+def test_an_account_without_access_to_a_partition_is_refused(accounting: tuple[dict[str, str], Path]) -> None:
+    env, ctld_log = accounting
+
     def sbatch(account: str, partition: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*AS_NOBODY, "sbatch", "-A", account, "-p", partition, "-o", "/dev/null", "--wrap", "true"],
-                              env=accounting, capture_output=True, text=True, timeout=60, cwd="/tmp")
+                              env=env, capture_output=True, text=True, timeout=60, cwd="/tmp")
 
-    qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres"], env=accounting,
+    conf = Path(env["SLURM_CONF"]).read_text()
+    assert "EnforcePartLimits=ALL" in conf and "AccountingStorageEnforce=associations,limits,qos" in conf
+    assert "AllowAccounts=root,vision " in conf and "AllowAccounts=root,speech " in conf
+    qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres"], env=env,
                          capture_output=True, text=True, timeout=60).stdout
     assert "vision-train|gres/gpu=8" in qos
     # the same user and account: refused on a partition whose AllowAccounts lacks it, accepted on its own
     refused = sbatch("speech", "train")
-    assert refused.returncode != 0 and "partition" in refused.stderr.lower(), refused.stderr
+    assert refused.returncode != 0, refused.stdout
+    assert "Invalid account or account/partition combination" in refused.stderr, refused.stderr
+    # refused by the partition's AllowAccounts (the association exists: speech may use debug)
+    assert "not permitted to use this partition (train allows root,vision not speech)" in ctld_log.read_text()
     not_member = sbatch("vision", "train")
     assert not_member.returncode != 0, not_member.stdout
     accepted = sbatch("speech", "debug")

@@ -153,3 +153,54 @@ def test_real_config_files_and_role_extravars(tmp_path: Path):
     defaults = (repo / "playbooks/roles/slurm/defaults/main.yml").read_text()
     for key in ev:  # every extravar is one of the role's documented inputs
         assert f"\n{key}:" in defaults, key
+
+
+def _with_ops(spec, **ops: object):
+    from infra.spec import ClusterSpec
+
+    raw = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["ops"] = {**raw.get("ops", {}), **ops}
+    return ClusterSpec.from_raw(raw, source="tests/pool/test_slurm_conf.py")
+
+
+TEAMS = [{"name": "vision", "partitions": ["train"], "members": ["ana"]},
+         {"name": "speech", "partitions": ["train", "debug"]}]
+
+
+def test_partitions_allow_their_tenants_accounts_and_accounting_enforces_them():
+    spec = _with_ops(small_spec(), tenants=TEAMS, slurmAccounting=True)
+    conf = generate(spec, build_plan(spec), REAL, "24.11.6").slurm_conf
+    parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
+    assert "AllowAccounts=root,speech,vision " in parts["train"]
+    assert "AllowAccounts=root,speech " in parts["debug"]
+    assert _lines(conf, "EnforcePartLimits") == ["EnforcePartLimits=ALL"]
+    assert _lines(conf, "AccountingStorageEnforce") == ["AccountingStorageEnforce=associations,limits,qos"]
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStorageHost=slurm-head" in conf and "AccountingStoragePort=6819" in conf
+    assert "AccountingStorageTRES=gres/gpu" in conf  # the TRES the teams' QOS GrpTRES counts
+    # each key once: a second AccountingStorageType (the no-accounting default) would win silently
+    keys = [ln.split("=", 1)[0] for ln in conf.splitlines() if "=" in ln and not ln.startswith(("NodeName", "Partition"))]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+def test_without_tenants_partitions_stay_open_and_accounting_off():
+    conf = generate(small_spec(), build_plan(small_spec()), REAL, "24.11.6").slurm_conf
+    assert "AllowAccounts" not in conf and "AccountingStorageType=accounting_storage/none" in conf
+    assert "AccountingStorageEnforce" not in conf and "EnforcePartLimits=ALL" in conf
+
+
+def test_tenants_without_accounting_or_naming_unknown_partitions_are_refused(tmp_path: Path):
+    spec = _with_ops(small_spec(), tenants=TEAMS)
+    with pytest.raises(ConfigError, match="need accounting") as err:
+        generate(spec, build_plan(spec), REAL, "24.11.6")
+    assert err.value.field == "gpufleet:ops.slurmAccounting"
+    spec = _with_ops(small_spec(), tenants=[{"name": "nlp", "partitions": ["inference"]}], slurmAccounting=True)
+    with pytest.raises(ConfigError, match="inference"):
+        generate(spec, build_plan(spec), REAL, "24.11.6")
+    local = LocalFlavour(root=tmp_path, controller_port=30000, first_node_port=30001)
+    spec = _with_ops(small_spec(), slurmAccounting=True)
+    with pytest.raises(PoolError, match="slurmdbd port"):
+        generate(spec, build_plan(spec), local, "22.05.8")
+    conf = generate(spec, build_plan(spec), LocalFlavour(root=tmp_path, controller_port=30000, first_node_port=30001,
+                                                         slurmdbd_port=30100), "22.05.8").slurm_conf
+    assert "AccountingStorageHost=localhost" in conf and "AccountingStoragePort=30100" in conf

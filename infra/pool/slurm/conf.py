@@ -9,6 +9,11 @@ an explicit flavour:
   under the stack's state dir, fake GPU device files (symlinks to /dev/null), config_overrides
   so 125 nodes of 192 CPUs fit on a laptop.
 
+Access: a partition some tenant names (`gpufleet:ops.tenants`) gets `AllowAccounts=` (root and
+those teams), enforced at submission (`EnforcePartLimits=ALL`: a job its partition can never take
+is refused, not left pending forever). An account is only a claim until slurmdbd checks it, so
+tenants on a Slurm pool need `ops.slurmAccounting`, which turns on associations, limits and QOS.
+
 Every node starts drained with the pending reason (nothing takes work before its gates), weights
 rise by block so Slurm fills low blocks first and keeps whole blocks free, and the topology puts
 each block under one switch (`topology/tree`, Slurm < 23.11) or in one block (`topology/block`,
@@ -25,6 +30,7 @@ from typing import Literal, Sequence
 
 from infra.catalog import InstanceType
 from infra.errors import ConfigError, PoolError
+from infra.ops.access import allow_accounts
 from infra.plan.model import ClusterPlan, PartitionAllocation
 from infra.pool.protocol import PENDING_REASON
 from infra.spec import ClusterSpec, PartitionMode
@@ -55,6 +61,7 @@ class LocalFlavour:
     controller_port: int
     first_node_port: int  # nodes take first_node_port .. first_node_port + nodes - 1
     kind: Literal["local"] = "local"
+    slurmdbd_port: int | None = None  # the caller's slurmdbd on 127.0.0.1, for stacks with accounting
 
     @property
     def fakedev(self) -> Path:
@@ -156,6 +163,12 @@ def generate(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, version: st
         raise ConfigError(f"MaxTime given for partition(s) the plan lacks: {', '.join(sorted(unknown))}",
                           field="gpufleet:pool.slurmMaxMinutes",
                           expected=f"names among {', '.join(p.name for p in plan.partitions) or '(no partitions)'}")
+    if spec.ops.tenants and not spec.ops.slurm_accounting:
+        raise ConfigError("tenants on a Slurm pool need accounting: without slurmdbd enforcing associations, "
+                          "any user may name any account and AllowAccounts keeps no one out",
+                          field="gpufleet:ops.slurmAccounting", expected="true when gpufleet:ops.tenants is set")
+    if spec.ops.slurm_accounting and isinstance(flavour, LocalFlavour) and flavour.slurmdbd_port is None:
+        raise PoolError("this stack has Slurm accounting but the local cluster was given no slurmdbd port")
     sku = spec.cluster.instance
     kind = topology_kind(version)
     return SlurmConfig(slurm_conf=_slurm_conf(spec, plan, flavour, sku, kind), gres_conf=_gres_conf(plan, flavour, sku),
@@ -171,9 +184,8 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "GresTypes=gpu",
         f"TopologyPlugin=topology/{kind}",
         "ReturnToService=1",  # a drained node stays drained across restarts: only gpufleet resumes it
-        "EnforcePartLimits=NO",  # a job above a partition's limits pends (PartitionNodeLimit), as a queue does
-        "AccountingStorageType=accounting_storage/none",
-        "JobAcctGatherType=jobacct_gather/none",
+        "EnforcePartLimits=ALL",  # refuse at submission what a partition never takes (size, time, accounts)
+        *_accounting(spec, flavour),
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
         "InactiveLimit=0",
@@ -225,6 +237,20 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
     ]
 
 
+def _accounting(spec: ClusterSpec, flavour: Flavour) -> list[str]:
+    """slurmdbd on the head node (real) or the caller's (local); the gres/gpu TRES is what the
+    teams' QOS limits count (`infra.ops.access.sacctmgr_commands`)."""
+    if not spec.ops.slurm_accounting:
+        return ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
+    if isinstance(flavour, LocalFlavour):
+        host, port, gather = "localhost", flavour.slurmdbd_port, "jobacct_gather/none"
+    else:
+        host, port, gather = flavour.controller_host, spec.ops.slurmdbd_port, "jobacct_gather/cgroup"
+    return ["AccountingStorageType=accounting_storage/slurmdbd", f"AccountingStorageHost={host}",
+            f"AccountingStoragePort={port}", "AccountingStorageEnforce=associations,limits,qos",
+            "AccountingStorageTRES=gres/gpu", f"JobAcctGatherType={gather}"]
+
+
 def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: InstanceType, kind: TopologyKind) -> str:
     lines = _header(spec, flavour, kind)
     gpu_type = sku.gpu_short.lower()
@@ -246,6 +272,7 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
                      f'State=DRAIN Reason="{PENDING_REASON}"')
     lines.append("")
     tiers = priority_tiers(plan.partitions)
+    access = allow_accounts(spec.ops.tenants, [p.name for p in plan.partitions]) if spec.ops.tenants else {}
     first = True
     for p in plan.partitions:
         if not p.blocks:
@@ -254,6 +281,8 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
         limit = ""
         if p.quota_units is not None:
             limit = f" MaxNodes={max(1, nodes_for_units(plan, p.quota_units))}"
+        if p.name in access:
+            limit += f" AllowAccounts={access[p.name]}"
         lines.append(f"PartitionName={p.name} Nodes={hostlist(nodes)} PriorityTier={tiers[p.name]} "
                      f"MaxTime={_max_time(spec, p.name)}{limit} Default={'YES' if first else 'NO'} State=UP")
         first = False
