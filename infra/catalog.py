@@ -235,3 +235,6 @@ def cross_check_all(described_items: Iterable[Mapping[str, Any]], names: Iterabl
     for name in names or CATALOG:
         findings.extend(cross_check(CATALOG[name], by_name.get(name)))
     return findings
+
+
+from infra.catalog_prices import BASES, Price, price  # noqa: E402,F401  (sourced prices: infra/catalog_prices.py)

@@ -209,6 +209,8 @@ from infra.ops.command import history as _history_command  # noqa: E402
 main.add_command(_history_command)
 from infra.ops.command import readmit as _readmit_command  # noqa: E402
 _pool_command.add_command(_readmit_command)
+from infra.cost.command import cost as _cost_command  # noqa: E402
+main.add_command(_cost_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
