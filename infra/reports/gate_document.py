@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from collections.abc import Sequence
 
 from infra.gates.admission import AdmissionRecord
-from infra.gates.verdict import Action, Verdict
+from infra.gates.verdict import Action, CheckResult, Verdict
 from infra.reports.document import (Bar, BarChart, CaseStatus, Cell, Document, HeatCell, HeatMap, Paragraph,
                                     Section, Status, SummaryItem, Table, TestCase, TestCases, Tone)
 from infra.reports.render.text import number
@@ -24,19 +24,20 @@ RING_PREFIX = "ring:"  # multi_node_gbs keys of ring runs; every other key is a 
 def gate_cases(records: Sequence[AdmissionRecord], suite: str = GATE_SUITE) -> list[TestCase]:
     """One case per node and check. REMEDIATE and QUARANTINE fail (the node is not admitted);
     a WARN passes with the warning as system-out (a warned node is admitted)."""
-    cases = []
-    for r in records:
-        for c in r.checks:
-            failed = c.verdict.blocks_admission
-            cases.append(TestCase(
-                suite=suite, classname=f"gate.{r.slot}", name=c.check_id,
-                status=CaseStatus.FAIL if failed else CaseStatus.PASS,
-                failure_type=c.verdict.value if failed else "",
-                message=f"{c.reason_code}: {c.message}" if failed else "",
-                details=f"measured: {c.measured}\nexpected: {c.expected}\nref: {c.research_ref}" if failed else "",
-                output=(f"WARN {c.reason_code}: {c.message} (measured {c.measured}, expected {c.expected})"
-                        if c.verdict is Verdict.WARN else "")))
-    return cases
+    return [check_case(c, suite, f"gate.{r.slot}") for r in records for c in r.checks]
+
+
+def check_case(c: CheckResult, suite: str, classname: str) -> TestCase:
+    """One check as a JUnit case: REMEDIATE and QUARANTINE fail, a WARN passes with system-out."""
+    failed = c.verdict.blocks_admission
+    return TestCase(
+        suite=suite, classname=classname, name=c.check_id,
+        status=CaseStatus.FAIL if failed else CaseStatus.PASS,
+        failure_type=c.verdict.value if failed else "",
+        message=f"{c.reason_code}: {c.message}" if failed else "",
+        details=f"measured: {c.measured}\nexpected: {c.expected}\nref: {c.research_ref}" if failed else "",
+        output=(f"WARN {c.reason_code}: {c.message} (measured {c.measured}, expected {c.expected})"
+                if c.verdict is Verdict.WARN else ""))
 
 
 def _floor(records: Sequence[AdmissionRecord]) -> tuple[float | None, str]:

@@ -14,8 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import infra
 from infra.gates.admission import AdmissionRecord
+from infra.gates.verdict import CheckResult
 from infra.plan.model import ClusterPlan
-from infra.rollout.state import NodeStage, RolloutState
+from infra.rollout.display import key_figures
+from infra.rollout.state import ACCEPTANCE_STAGES, NodeStage, RolloutState, StageStatus
 from infra.rollout.timeline import BatchTimes, timeline
 
 REPORT_SCHEMA_VERSION = 1
@@ -61,6 +63,29 @@ class Replacement(_M):
     new_instance: str | None
 
 
+class EarlierAttempt(_M):
+    attempt: int
+    reason_codes: list[str]
+    bundle: str | None = None
+
+
+class AcceptanceLine(_M):
+    """One acceptance stage: its latest attempt's verdict and every check (measured vs floor)."""
+
+    stage: str
+    status: str  # not-run | running | passed | failed | retry
+    verdict: str | None = None  # the worst check verdict (PASS, WARN, REMEDIATE, QUARANTINE)
+    attempts: int = 0
+    reason_codes: list[str] = Field(default_factory=list)
+    seconds: float | None = None
+    timing: str | None = None  # modelled | measured
+    bundle: str | None = None  # relative to the stack's state dir
+    figures: str = ""
+    imported_from: str | None = None  # the pre-journal outcome file the verdict came from
+    earlier: list[EarlierAttempt] = Field(default_factory=list)  # failed attempts the operator retried
+    checks: list[CheckResult] = Field(default_factory=list)
+
+
 class RolloutReport(_M):
     schema_version: int = REPORT_SCHEMA_VERSION
     stack: str
@@ -77,6 +102,7 @@ class RolloutReport(_M):
     spares_used: int
     partitions: list[PartitionLine]
     batches: list[BatchLine]
+    acceptance: list[AcceptanceLine] = Field(default_factory=list)
     quarantined: list[Quarantine]
     replacements: list[Replacement]
     link_faults: list[tuple[str, str]]
@@ -84,6 +110,25 @@ class RolloutReport(_M):
     timeline: dict[str, Any]
     pipelining: bool
     wall_seconds: float | None = None
+
+
+def acceptance_lines(state: RolloutState) -> list[AcceptanceLine]:
+    """Every acceptance stage in run order, those the journal never heard of as `not-run`."""
+    lines = []
+    for name in ACCEPTANCE_STAGES:
+        a = state.acceptance.get(name)
+        if a is None:
+            lines.append(AcceptanceLine(stage=name, status="not-run"))
+            continue
+        outcome = a.outcome or {}
+        checks = outcome.get("checks", [])
+        lines.append(AcceptanceLine(
+            stage=name, status=a.status.value, verdict=outcome.get("verdict"), attempts=a.attempt,
+            reason_codes=a.reason_codes, seconds=a.duration_s, timing=a.timing if a.status.decided else None,
+            bundle=a.bundle, figures=key_figures(name, checks) if a.status is StageStatus.PASSED else "",
+            imported_from=a.imported, earlier=[EarlierAttempt(**f) for f in a.failures],
+            checks=[CheckResult.model_validate(c) for c in checks]))
+    return lines
 
 
 def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, short: list[str],
@@ -128,7 +173,8 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
         stack=stack, generated_at=now or datetime.now(timezone.utc), status=status, halt_reason=state.halt_reason,
         instance_type=plan.instance_type, target_nodes=len(plan.nodes), target_gpus=len(plan.nodes) * gpus,
         admitted_nodes=len(admitted), admitted_gpus=len(admitted) * gpus, spare_nodes=plan.topology.spare_nodes,
-        spares_used=state.spares_used, partitions=partitions, batches=batches, quarantined=quarantines,
+        spares_used=state.spares_used, partitions=partitions, batches=batches,
+        acceptance=acceptance_lines(state), quarantined=quarantines,
         replacements=replacements, link_faults=links, short=short, timeline=t.to_dict(), pipelining=pipelining,
         wall_seconds=wall_seconds)
 

@@ -1,7 +1,8 @@
 """The rollout report (RolloutReport + the admission records) -> a report Document: the summary,
-partitions and batches, the rollout timeline per batch and stage, the busbw chart and pair heat
-map of the gated nodes, quarantines, link faults, and JUnit cases per node and check plus one per
-record-less quarantine and one for the rollout's own outcome.
+the acceptance stages (every check, measured vs floor, and each stage's verdict), partitions and
+batches, the rollout timeline per batch and stage, the busbw chart and pair heat map of the gated
+nodes, quarantines, link faults, and JUnit cases per node and check, per acceptance check, one
+per record-less quarantine and one for the rollout's own outcome.
 
 Why the JUnit cases: a CI job running `gpufleet rollout` shows failed gates natively, and a
 rollout that ended short or halted fails its `target.<stack>` case even when every gated node passed.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from infra.gates.admission import AdmissionRecord
 from infra.reports.document import (Block, CaseStatus, Cell, Document, Paragraph, Section, Span, Status, SummaryItem,
                                     Table, TestCase, TestCases, Timeline, Tone)
-from infra.reports.gate_document import busbw_charts, gate_cases, pair_heat_map
+from infra.reports.gate_document import busbw_charts, check_case, gate_cases, pair_heat_map
 from infra.reports.render.text import duration, number
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def timeline_spans(report: RolloutReport) -> list[Span]:
 
 
 def rollout_cases(report: RolloutReport, records: Sequence[AdmissionRecord]) -> list[TestCase]:
-    cases = gate_cases(records, ROLLOUT_SUITE)
+    cases = [check_case(c, ROLLOUT_SUITE, f"acceptance.{a.stage}") for a in report.acceptance for c in a.checks]
+    cases += gate_cases(records, ROLLOUT_SUITE)
     recorded = {(r.slot, r.instance_id) for r in records}
     for q in report.quarantined:
         if (q.slot, q.instance_id) not in recorded:  # configure failure, unreachable host: no gate ran
@@ -76,11 +78,41 @@ def _summary(r: RolloutReport) -> list[SummaryItem]:
            SummaryItem(key="modelled time-to-pool",
                        value=f"{duration(t[sched + '_s'])} ({sched}; sequential {duration(t['sequential_s'])}, "
                              f"pipelined {duration(t['pipelined_s'])}, lower bound {duration(t['lower_bound_s'])})")]
+    statuses = {a.status for a in r.acceptance}
+    if statuses:
+        tone = Tone.BAD if "failed" in statuses else Tone.GOOD if statuses == {"passed"} else Tone.INFO
+        out.append(SummaryItem(key="acceptance", value=", ".join(f"{a.stage} {a.status}" for a in r.acceptance),
+                               tone=tone))
     if r.wall_seconds is not None:
         out.append(SummaryItem(key="wall time of this run", value=f"{r.wall_seconds:.1f} s"))
     if r.halt_reason:
         out.insert(0, SummaryItem(key="halted", value=r.halt_reason, tone=Tone.BAD))
     return out
+
+
+def acceptance_blocks(report: RolloutReport) -> list[Block]:
+    """The stages' verdicts in one table, then each stage's checks (measured against its floor)."""
+    rows: list[list[Cell]] = []
+    for a in report.acceptance:
+        took = f"{duration(a.seconds)} {a.timing}" if a.seconds is not None else ""
+        what = a.figures or (", ".join(f"`{c}`" for c in a.reason_codes) if a.reason_codes else "")
+        earlier = "; ".join(f"attempt {e.attempt} failed ({', '.join(e.reason_codes)})" for e in a.earlier)
+        rows.append([a.stage, a.status, a.verdict or "", a.attempts, took, what, earlier, a.bundle or ""])
+    blocks: list[Block] = [Table(columns=["stage", "status", "verdict", "attempts", "time", "figures / reason codes",
+                                          "earlier attempts", "bundle"], rows=rows,
+                                 caption="Stack-level stages: storage and network base checks before the first "
+                                         "GPU batch, the training smoke job after the canary.")]
+    if all(a.status == "not-run" for a in report.acceptance):
+        blocks.append(Paragraph(text="No acceptance stage has run in this rollout.", tone=Tone.WARNING))
+    for a in report.acceptance:
+        if not a.checks:
+            continue
+        note = f" (verdict converted from {a.imported_from})" if a.imported_from else ""
+        blocks.append(Table(title=f"{a.stage}: {a.status}, attempt {a.attempts}{note}",
+                            columns=["check", "measured", "floor / expected", "verdict", "reason code", "detail"],
+                            rows=[[c.check_id, c.measured, c.expected, c.verdict.value, c.reason_code or "",
+                                   c.message] for c in a.checks]))
+    return blocks
 
 
 def rollout_document(report: RolloutReport, records: Sequence[AdmissionRecord]) -> Document:
@@ -95,6 +127,7 @@ def rollout_document(report: RolloutReport, records: Sequence[AdmissionRecord]) 
                                 caption=f"Modelled {'pipelined' if r.pipelining else 'sequential'} schedule. "
                                         + TIMELINE_NOTE))
     sections = [
+        Section(title="Acceptance", blocks=acceptance_blocks(r)),
         Section(title="Partitions", blocks=[Table(columns=["partition", "units available", "GPUs"], rows=[
             [p.name, f"{p.units_available}/{p.units_planned}", p.gpus_available] for p in r.partitions])]),
         Section(title="Batches", blocks=batches),

@@ -1,22 +1,32 @@
-"""The acceptance stages as rollout steps: collect a bundle, check it, record the outcome.
+"""The acceptance stages as rollout steps: collect a bundle, check it, journal the verdict.
 
 Why a runner apart from the orchestrator: the stages are stack-level (storage and network base
 checks once per stack before the first GPU batch, the training smoke job after the canary),
-so each is one decision with its own bundle, not a node transition. A recorded outcome
-(`<state_dir>/acceptance/<stage>.json`, written atomically) is never re-collected: a resumed
-rollout reads it, so a crash between stages repeats at most the stage that was running. A
-failing base check returns before any later stage runs, so a shortfall halts the rollout before
-a GPU node is bought. A passing smoke job's figures become the stack's training baseline
+so each is one decision with its own bundle, not a node transition. Each attempt is journaled
+as the rollout's own events (`infra.rollout.state`, type `acceptance`): `started` before the
+collection, the verdict (outcome, checks, reason codes, bundle, seconds) after it. A stage whose
+verdict is journaled is never collected again, so a resumed rollout gets the same answer; one
+started and not decided (a crash inside it) runs again, alone, into a fresh bundle folder
+(`<state_dir>/acceptance/<stage>/<attempt>/`). A failing base check returns before any later
+stage runs, so a shortfall halts the rollout before a GPU node is bought; a failed stage runs
+again only after the operator journals a retry (`gpufleet rollout --retry-stage STAGE`). A
+passing smoke job's figures become the stack's training baseline
 (`<state_dir>/baselines/training.json`).
+
+Before the stages were journaled, each outcome was a file, `<state_dir>/acceptance/<stage>.json`.
+`adopt_recorded_files` converts such a file into the journal once (an `imported` verdict), when
+it was written during this journal's rollout; a file older than the journal's start belongs to
+an archived rollout (`--restart`) and is ignored.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from infra.catalog import InstanceType
 from infra.gates import acceptance as A
@@ -25,9 +35,10 @@ from infra.gates.verdict import CheckResult
 from infra.plan.model import ClusterPlan
 from infra.pool.protocol import Launcher
 from infra.durable import write_atomic
+from infra.rollout.state import ACCEPTANCE_STAGES, RolloutState, StageStatus
 from infra.spec import ClusterSpec
 
-STORAGE, NETWORK, SMOKE = "storage", "network", "smoke"
+STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
 BASE_STAGES = (STORAGE, NETWORK)
 
 
@@ -35,6 +46,21 @@ class AcceptanceCollector(Protocol):
     """Fills one stage's bundle folder (the simulator, a Slurm job, the preflight playbook)."""
 
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path: ...
+
+
+@runtime_checkable
+class ModelledCollector(Protocol):
+    """A collector whose stages take modelled time (the simulator): the runner journals its figure."""
+
+    def seconds(self, stage: str) -> float: ...
+
+
+class StageJournal(Protocol):
+    """What the runner needs of the rollout's journal (`infra.rollout.journal.Journal`)."""
+
+    state: RolloutState
+
+    def append(self, event: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 def sample_pairs(blocks: Mapping[int, Sequence[str]], per_block: int, seed: int) -> list[tuple[str, str]]:
@@ -48,20 +74,53 @@ def sample_pairs(blocks: Mapping[int, Sequence[str]], per_block: int, seed: int)
     return pairs
 
 
+def _local_journal(state_dir: Path, stack: str) -> StageJournal:
+    """The state dir's own journal, for a runner used outside a rollout (tools, tests)."""
+    from infra.rollout.journal import Journal, LocalJournalStore
+
+    journal = Journal(LocalJournalStore(state_dir / "journal.jsonl"), stack)
+    journal.load()
+    return journal
+
+
 class AcceptanceRunner:
     def __init__(self, spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, collector: AcceptanceCollector,
-                 instance: InstanceType, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 instance: InstanceType, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 journal: StageJournal | None = None) -> None:
         self.spec, self.plan, self.collector, self.instance, self.now = spec, plan, collector, instance, now
         self.state_dir = Path(state_dir)
-
-    def record_path(self, stage: str) -> Path:
-        return self.state_dir / "acceptance" / f"{stage}.json"
+        self.journal = journal if journal is not None else _local_journal(self.state_dir, spec.cluster.name)
 
     def recorded(self, stage: str) -> A.StageOutcome | None:
-        path = self.record_path(stage)
-        if not path.is_file():
+        """The stage's journaled verdict, or None when it has none (not run, running, or retried)."""
+        a = self.journal.state.acceptance.get(stage)
+        if a is None or not a.status.decided or a.outcome is None:
             return None
-        return A.StageOutcome.model_validate(json.loads(path.read_text(encoding="utf-8"))["outcome"])
+        return A.StageOutcome.model_validate(a.outcome)
+
+    def legacy_path(self, stage: str) -> Path:
+        return self.state_dir / "acceptance" / f"{stage}.json"
+
+    def adopt_recorded_files(self) -> list[str]:
+        """Journal the outcome files an older gpufleet wrote for this rollout (once); returns the stages."""
+        state = self.journal.state
+        adopted = []
+        for stage in ACCEPTANCE_STAGES:
+            path = self.legacy_path(stage)
+            if stage in state.acceptance or not state.started or not path.is_file():
+                continue
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if state.started_at is None or _instant(doc.get("at")) < _instant(state.started_at):
+                continue  # written before this journal began: an archived rollout's outcome
+            outcome = A.StageOutcome.model_validate(doc["outcome"])
+            bundle = Path(doc.get("bundle", ""))
+            self.journal.append({
+                "type": "acceptance", "stage": stage, "to": "passed" if outcome.passed else "failed",
+                "outcome": outcome.model_dump(mode="json"), "imported": str(path),
+                "bundle": str(bundle.relative_to(self.state_dir)) if bundle.is_relative_to(self.state_dir)
+                else str(bundle), "nodes": doc.get("nodes", []), "pairs": doc.get("pairs", [])})
+            adopted.append(stage)
+        return adopted
 
     def base_checks(self, blocks: Mapping[int, Sequence[str]]) -> list[A.StageOutcome]:
         """Storage, then network; stops at the first stage that fails."""
@@ -87,9 +146,24 @@ class AcceptanceRunner:
         done = self.recorded(stage)
         if done is not None:
             return done
-        folder = self.collector.collect(stage, nodes, pairs, self.state_dir / "acceptance" / "bundles" / stage)
+        previous = self.journal.state.acceptance.get(stage)
+        if previous is not None and previous.status is StageStatus.RUNNING and previous.bundle:
+            shutil.rmtree(self.state_dir / previous.bundle, ignore_errors=True)  # cut short: never checked
+        attempt = previous.attempt + 1 if previous is not None else 1
+        rel = Path("acceptance") / stage / str(attempt)
+        dest = self.state_dir / rel
+        if dest.exists():  # left by a journal that was never told (a crash before `started` was durable)
+            shutil.rmtree(dest)
+        self.journal.append({"type": "acceptance", "stage": stage, "to": "started", "nodes": list(nodes),
+                             "pairs": [list(p) for p in pairs], "bundle": str(rel)})
+        began = self.now()
+        folder = self.collector.collect(stage, nodes, pairs, dest)
         bundle = read_bundle(folder)
         outcome = A.stage_outcome(stage, self._checks(stage, bundle, pairs))
+        if isinstance(self.collector, ModelledCollector):
+            seconds, timing = self.collector.seconds(stage), "modelled"
+        else:
+            seconds, timing = max(0.0, (self.now() - began).total_seconds()), "measured"
         if stage == SMOKE and outcome.passed:
             baseline = A.training_baseline(bundle)
             if baseline is not None:
@@ -97,11 +171,9 @@ class AcceptanceRunner:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(path, json.dumps({"stack": self.spec.cluster.name, "at": self.now().isoformat(),
                                                "instance_type": self.instance.name, **baseline}, indent=2))
-        path = self.record_path(stage)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({"stage": stage, "at": self.now().isoformat(), "bundle": str(folder),
-                                       "nodes": list(nodes), "pairs": [list(p) for p in pairs],
-                                       "outcome": outcome.model_dump(mode="json")}, indent=2))
+        self.journal.append({"type": "acceptance", "stage": stage, "to": "passed" if outcome.passed else "failed",
+                             "outcome": outcome.model_dump(mode="json"), "duration_s": round(seconds, 1),
+                             "timing": timing})
         return outcome
 
     def _checks(self, stage: str, bundle, pairs: Sequence[tuple[str, str]]) -> list[CheckResult]:
@@ -111,6 +183,14 @@ class AcceptanceRunner:
         if stage == NETWORK:
             return A.network_checks(bundle, pairs, self.instance, cfg, efa=self.instance.efa_generation > 0)
         return A.smoke_checks(bundle, self.instance, cfg)
+
+
+def _instant(stamp: object) -> datetime:
+    """An ISO time stamp as an aware datetime (naive ones are UTC); a missing one sorts first."""
+    if not isinstance(stamp, str):
+        return datetime.min.replace(tzinfo=timezone.utc)
+    t = datetime.fromisoformat(stamp)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 class LauncherSmokeCollector:
@@ -148,8 +228,8 @@ class AcceptanceHooks:
 
     The base checks sample pairs among the first batch's planned slots, by block (on a cloud
     those are the first hosts up; the simulator answers for them); the smoke job takes the
-    canary's admitted nodes. Outcomes are recorded by the runner, so a resumed rollout that
-    calls a hook again gets the recorded answer without collecting twice.
+    canary's admitted nodes. Verdicts are journaled by the runner, so a resumed rollout that
+    calls a hook again gets the journaled answer without collecting twice.
     """
 
     def __init__(self, runner: AcceptanceRunner) -> None:
@@ -171,8 +251,13 @@ class AcceptanceHooks:
         return halt_reason(self.runner.smoke(admitted))
 
 
-def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path) -> AcceptanceHooks | None:
+def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path,
+                journal: StageJournal | None = None) -> AcceptanceHooks | None:
     """The acceptance stages a stack's rollout runs: the simulator's on a simulated stack.
+
+    Their events go to `journal` (the rollout's own); outcome files an older gpufleet left for
+    this rollout are converted into it first, so a rollout started before the stages were
+    journaled resumes, and reports, what they decided.
 
     None on a real stack for now: its storage and network bundles need a collector on the
     first hosts (fio/iperf3/fabtests over srun or SSH), which is not built yet; the smoke job's
@@ -185,4 +270,6 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path) -> Accept
 
     sku = catalog.get(spec.cluster.instance_type)
     collector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance, seed=spec.simulator.seed)
-    return AcceptanceHooks(AcceptanceRunner(spec, plan, state_dir, collector, sku))
+    runner = AcceptanceRunner(spec, plan, state_dir, collector, sku, journal=journal)
+    runner.adopt_recorded_files()
+    return AcceptanceHooks(runner)

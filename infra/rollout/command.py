@@ -1,8 +1,15 @@
-"""`gpufleet rollout -s STACK [--resume] [--restart] [--until-batch N] [--dry-run] [--force-unlock]`.
+"""`gpufleet rollout -s STACK [--resume] [--restart] [--retry-stage STAGE] [--until-batch N] [--dry-run]
+[--force-unlock]`.
 
 Exit codes (DESIGN.md section 8): 0 the target reached (with replacements), 1 an error or a lock
 held by a live rollout, 2 bad configuration or an unfinished journal without --resume, 3 halted
 or ended short of the target (spares exhausted, blacklisted slots).
+
+A failed acceptance stage halts the rollout, and running again reproduces that halt (exit 3)
+from the journal without collecting anything. Once the cause is fixed, `--retry-stage STAGE`
+journals a retry: the halt is lifted, that stage runs again, and the rollout continues from
+where it stood (nodes already admitted stay admitted). `--restart` would instead archive the
+journal and start over.
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ if TYPE_CHECKING:
 @click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
 @click.option("--resume", is_flag=True, help="Continue the stack's unfinished rollout from its journal.")
 @click.option("--restart", is_flag=True, help="Archive the stack's journal and start a new rollout.")
+@click.option("--retry-stage", type=click.Choice(["storage", "network", "smoke"]), default=None,
+              help="Run this failed acceptance stage again (after fixing its cause) and continue the rollout.")
 @click.option("--until-batch", type=click.IntRange(1), default=None, help="Stop after this batch (resume later).")
 @click.option("--dry-run", is_flag=True, help="Print the batches and what the journal already decided; change nothing.")
 @click.option("--force-unlock", is_flag=True,
               help="Take the stack's lock even when another host holds it (only once that rollout is gone).")
-def rollout(stack: str, resume: bool, restart: bool, until_batch: int | None, dry_run: bool,
-            force_unlock: bool) -> None:
+def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, until_batch: int | None,
+            dry_run: bool, force_unlock: bool) -> None:
     """Provision, configure, gate and admit the stack's nodes, batch by batch, canary first."""
     from infra.findings import has_errors
     from infra.plan import plan_stack
@@ -47,6 +56,10 @@ def rollout(stack: str, resume: bool, restart: bool, until_batch: int | None, dr
     if resume and restart:
         raise UsageError("--resume and --restart exclude each other", field="--restart",
                          expected="--resume to continue the journal, or --restart to archive it and start again")
+    if retry_stage and restart:
+        raise UsageError("--retry-stage and --restart exclude each other", field="--retry-stage",
+                         expected="--retry-stage to rerun a failed stage of this journal, or --restart to start over")
+    resume = resume or retry_stage is not None  # a retry continues the journal it reopens
     project = current_project()
     spec = load_stack_path(project.stack_file(stack))
     plan = plan_stack(spec)
@@ -76,13 +89,13 @@ def rollout(stack: str, resume: bool, restart: bool, until_batch: int | None, dr
         if resume and not state.started:
             click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
         try:
-            _run(spec, plan, project, stack, journal, until_batch, state_dir)
+            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage)
         finally:
             journal.close()
 
 
 def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
-         until_batch: int | None, state_dir: Path) -> None:
+         until_batch: int | None, state_dir: Path, retry_stage: str | None = None) -> None:
     from infra.gates.admission import AdmissionRecord
     from infra.ops import audit
     from infra.reports import rollout as report
@@ -93,8 +106,11 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
 
     wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     opts = options(spec, until_batch, wiring.threaded)
+    hooks = stack_hooks(spec, plan, state_dir, journal)  # the acceptance stages (adopts pre-journal outcomes)
+    if retry_stage is not None:
+        _retry(journal, retry_stage, stack)
     orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
-                        hooks=stack_hooks(spec, plan, state_dir))  # the acceptance stages
+                        hooks=hooks)
     started = time.monotonic()
     modelled = wiring.simulator is not None
     clock = wiring.adapters.clock
@@ -121,12 +137,26 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     click.echo(_summary(rep, modelled))
     click.echo(f"reports: {', '.join(str(p) for p in paths)}")
     if outcome.halted:
+        failed = [a.stage for a in outcome.state.acceptance.values() if a.status.value == "failed"]
+        then = f"--retry-stage {failed[0]}" if failed else "--restart"
         raise GateFailed(f"rollout halted: {outcome.halt_reason}; fix the cause, then `gpufleet rollout -s {stack} "
-                         "--restart`")
+                         f"{then}`")
     if outcome.finished and outcome.short:
         why = "spares exhausted" if outcome.spares_exhausted else "slots blacklisted or without capacity"
         raise GateFailed(f"rollout ended short of its target: {len(outcome.short)} slot(s) without an admitted node "
                          f"({why}): {', '.join(outcome.short[:10])}")
+
+
+def _retry(journal: "Journal", stage: str, stack: str) -> None:
+    """Journal the operator's retry of a failed acceptance stage (which lifts the halt it caused)."""
+    a = journal.state.acceptance.get(stage)
+    if a is None or a.status.value != "failed":
+        failed = [s for s, x in journal.state.acceptance.items() if x.status.value == "failed"]
+        raise UsageError(f"acceptance stage {stage} of {stack} has not failed "
+                         f"({'not run' if a is None else a.status.value}): nothing to retry", field="--retry-stage",
+                         expected=f"a failed stage ({', '.join(failed) or 'none has failed'})")
+    journal.append({"type": "acceptance", "stage": stage, "to": "retry"})
+    click.echo(f"gpufleet: retrying acceptance {stage} (attempt {a.attempt + 1})", err=True)
 
 
 def _write_records(state_dir: Path, state: "RolloutState") -> list[dict]:

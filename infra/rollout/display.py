@@ -1,20 +1,74 @@
-"""The live view of a rollout: per batch its stage, nodes done/total, admitted, quarantined, elapsed.
+"""The live view of a rollout: per batch its stage, nodes done/total, admitted, quarantined, elapsed;
+per acceptance stage running, passed with its key figures, or failed with its reason.
 
 Why a journal listener: every change of the rollout is a journal event, so the view needs no hook
 of its own in the orchestrator. On a terminal it is a rich table redrawn in place; otherwise (CI
-logs, pipes) one plain line whenever a batch changes stage, so logs stay readable.
+logs, pipes) one plain line whenever a batch or an acceptance stage changes, so logs stay readable.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from infra.gates.verdict import Verdict
 from infra.plan.model import ClusterPlan
-from infra.rollout.state import NodeStage, RolloutState
+from infra.rollout.state import ACCEPTANCE_STAGES, AcceptanceState, NodeStage, RolloutState, StageStatus
 
 DONE = (NodeStage.ADMITTED, NodeStage.QUARANTINED)
+# The checks whose measured values sum a stage up; a stage not named here (the network, one
+# check family per pair) is summed up per family as the range of its figures over the pairs.
+KEY_CHECKS = {"storage": ("storage.seq-write", "storage.seq-read", "storage.checkpoint"),
+              "smoke": ("smoke.loss", "smoke.throughput")}
+_FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([A-Za-z][\w/%]*)")
+
+
+def key_figures(stage: str, checks: Sequence[Mapping[str, Any]]) -> str:
+    """A stage's figures in one line, from its journaled checks (`check_id`, `measured`)."""
+    keys = KEY_CHECKS.get(stage)
+    if keys is not None:
+        by_id = {c["check_id"]: c["measured"] for c in checks}
+        return "; ".join(f"{k.split('.', 1)[1]} {by_id[k]}" for k in keys if k in by_id)
+    families: dict[str, list[tuple[float, str]]] = {}
+    for c in checks:
+        m = _FIGURE.search(str(c["measured"]))
+        if m is not None:
+            families.setdefault(c["check_id"].split("[", 1)[0], []).append((float(m[1]), m[2]))
+    parts = []
+    for family, figures in families.items():
+        lo, hi, unit = min(f for f, _ in figures), max(f for f, _ in figures), figures[0][1]
+        span = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+        parts.append(f"{family.split('.', 1)[-1]} {span} {unit}")
+    pairs = {c["check_id"].split("[", 1)[1].rstrip("]") for c in checks if "[" in c["check_id"]}
+    return "; ".join(parts) + (f" over {len(pairs)} pairs" if pairs else "")
+
+
+def failure_text(checks: Sequence[Mapping[str, Any]], reason_codes: Sequence[str]) -> str:
+    """Why a stage failed: its reason codes and its first blocking check's message."""
+    blocking = [c for c in checks if Verdict(c["verdict"]).blocks_admission]
+    first = next((c.get("message") or c["check_id"] for c in blocking), "")
+    more = f" (+{len(blocking) - 1} more failing checks)" if len(blocking) > 1 else ""
+    return f"{', '.join(reason_codes)}: {first}{more}"
+
+
+def stage_detail(a: AcceptanceState) -> str:
+    """What the display and the summary say of one acceptance stage after its status."""
+    if a.status is StageStatus.RUNNING:
+        return f"attempt {a.attempt} on {len(a.nodes)} nodes" + (f", {len(a.pairs)} pairs" if a.pairs else "")
+    if a.status is StageStatus.RETRY:
+        return f"to run again (attempt {a.attempt} failed: {', '.join(a.failures[-1]['reason_codes'])})"
+    checks = (a.outcome or {}).get("checks", ())
+    text = key_figures(a.stage, checks) if a.status is StageStatus.PASSED else failure_text(checks, a.reason_codes)
+    took = f" ({a.duration_s:.0f} s {a.timing})" if a.duration_s is not None else ""
+    return text + took
+
+
+def acceptance_rows(state: RolloutState) -> list[dict[str, str]]:
+    """The acceptance stages the journal has heard of, in the order a rollout runs them."""
+    return [{"stage": name, "status": state.acceptance[name].status.value,
+             "detail": stage_detail(state.acceptance[name])} for name in ACCEPTANCE_STAGES if name in state.acceptance]
 
 
 def batch_rows(plan: ClusterPlan, state: RolloutState, elapsed: Callable[[], float]) -> list[dict[str, Any]]:
@@ -42,7 +96,14 @@ class PlainDisplay:
         self.plan, self.elapsed, self.out = plan, elapsed, out
         self.last: dict[int, tuple[str, int]] = {}
 
-    def __call__(self, _event: dict[str, Any], state: RolloutState) -> None:
+    def __call__(self, event: dict[str, Any], state: RolloutState) -> None:
+        if event.get("type") == "acceptance":
+            a = state.acceptance[event["stage"]]
+            status = "FAILED" if a.status is StageStatus.FAILED else a.status.value
+            self.out.write(f"{'acceptance ' + a.stage:<18} {status:<12} {stage_detail(a)}  "
+                           f"elapsed {_clock(self.elapsed())}\n")
+            self.out.flush()
+            return
         for r in batch_rows(self.plan, state, self.elapsed):
             key = (r["stage"], r["done"] == r["total"])
             if r["stage"] == "pending" or self.last.get(r["batch"]) == key:
@@ -78,6 +139,22 @@ class RichDisplay:
         self.live.update(self._table(state))
 
     def _table(self, state: RolloutState) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        stages = acceptance_rows(state)
+        if not stages:
+            return self._batches(state)
+        t = Table(title="acceptance stages")
+        for col in ("stage", "status", "figures / reason"):
+            t.add_column(col)
+        style = {"passed": "green", "failed": "bold red", "running": "yellow", "retry": "yellow"}
+        for r in stages:  # Text, not markup: check ids hold brackets (net.tcp[a--b])
+            t.add_row(r["stage"], Text(r["status"], style=style[r["status"]]), Text(r["detail"]))
+        return Group(t, self._batches(state))
+
+    def _batches(self, state: RolloutState) -> Any:
         from rich.table import Table
 
         t = Table(title="gpufleet rollout")

@@ -67,7 +67,7 @@ class Options:
 class StageHooks(Protocol):
     """Stack-level stages around the batches (the acceptance checks): each returns a halt reason or None.
 
-    Called again on resume until the next batch has started, so they must record their own outcomes
+    Called again on resume until the next batch has started, so they must journal their own outcomes
     and not collect twice (as `infra.rollout.acceptance.AcceptanceRunner` does)."""
 
     def before_batches(self) -> str | None:

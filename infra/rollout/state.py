@@ -15,6 +15,15 @@ One event may move many nodes at once (a stage over a batch is one action, so on
     {"type": "retest", "batch": k, "nodes": {slot: {"outcome": {...}, "action": "reset-gpu"}}, "duration_s": ...}
     {"type": "network", "batch": k, "link_faults": [[a, b]], "scales": {...}, "nodes": {slot: {"result": "admit" | ...}}}
     {"type": "stage", "batch": k, "stage": ..., "duration_s": ...}  (time spent with no node moving)
+    {"type": "acceptance", "stage": "storage" | "network" | "smoke", "to": "started", "nodes": [...],
+     "pairs": [[a, b]], "bundle": <folder relative to the state dir>}
+    {"type": "acceptance", "stage": ..., "to": "passed" | "failed", "outcome": <StageOutcome JSON>,
+     "duration_s": ..., "timing": "modelled" | "measured", "imported": <legacy outcome file>?}
+    {"type": "acceptance", "stage": ..., "to": "retry"}  (the operator reruns a failed stage)
+
+Acceptance stages (stack-level, DESIGN.md section 6): a stage with a journaled verdict is never
+collected again; one started and not decided (a crash inside it) runs again from the start; a
+failed stage halts the rollout, and only a journaled `retry` reopens it (and lifts that halt).
 
 An illegal transition is a bug in the orchestrator (or a journal edited by hand): it raises.
 """
@@ -64,6 +73,20 @@ NODE_TRANSITIONS: Mapping[NodeStage, frozenset[NodeStage]] = {
     S.REPLACED: frozenset({S.PROVISIONED}),
 }
 RETEST_FROM = frozenset({S.PREFLIGHT, S.BASELINE})
+
+
+ACCEPTANCE_STAGES = ("storage", "network", "smoke")  # the order a rollout runs them in
+
+
+class StageStatus(str, Enum):
+    RUNNING = "running"  # started; a verdict not journaled yet
+    PASSED = "passed"
+    FAILED = "failed"
+    RETRY = "retry"  # failed, and the operator asked for it to run again
+
+    @property
+    def decided(self) -> bool:
+        return self in (StageStatus.PASSED, StageStatus.FAILED)
 
 
 class BatchStage(str, Enum):
@@ -138,14 +161,37 @@ class BatchState:
 
 
 @dataclass
+class AcceptanceState:
+    """One acceptance stage: its latest attempt, and the failed attempts an operator retried."""
+
+    stage: str
+    status: StageStatus = StageStatus.RUNNING
+    attempt: int = 0  # started events so far (a rerun after a crash counts, as does a retry)
+    nodes: list[str] = field(default_factory=list)
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    bundle: str | None = None  # the attempt's bundle folder, relative to the state dir
+    outcome: dict[str, Any] | None = None  # infra.gates.acceptance.StageOutcome as JSON
+    duration_s: float | None = None
+    timing: str = "measured"  # "modelled" on the simulator
+    imported: str | None = None  # the pre-journal outcome file the verdict was converted from
+    failures: list[dict[str, Any]] = field(default_factory=list)  # {attempt, reason_codes, bundle} retried
+
+    @property
+    def reason_codes(self) -> list[str]:
+        return list((self.outcome or {}).get("reason_codes", ()))
+
+
+@dataclass
 class RolloutState:
     started: bool = False
     finished: bool = False
     halted: bool = False
     halt_reason: str = ""
     layout: str | None = None  # digest of the plan's slots and batches the rollout started with
+    started_at: str | None = None  # the `at` stamp of the journal's start event
     batches: dict[int, BatchState] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)
+    acceptance: dict[str, AcceptanceState] = field(default_factory=dict)
     last_seq: int = 0
     events: int = 0
 
@@ -209,7 +255,7 @@ def _rollout(state: RolloutState, e: Mapping[str, Any]) -> None:
         if state.finished or state.halted:
             raise IllegalTransition("a finished or halted rollout cannot start again")
         state.started = True
-        state.layout = e.get("layout")
+        state.layout, state.started_at = e.get("layout"), e.get("at")
         for number in e.get("batches", ()):
             state.batch(int(number))
     elif to == "finished":
@@ -365,5 +411,49 @@ def _stage(state: RolloutState, e: Mapping[str, Any]) -> None:
     state.batch(int(e["batch"])).add_duration(e["stage"], e.get("duration_s"))
 
 
+def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
+    name, to = e["stage"], e["to"]
+    if name not in ACCEPTANCE_STAGES:
+        raise IllegalTransition(f"unknown acceptance stage {name!r}")
+    a = state.acceptance.get(name)
+    if to == "started":
+        if state.halted or state.finished:
+            raise IllegalTransition(f"acceptance {name}: the rollout is {'halted' if state.halted else 'finished'}")
+        if a is not None and a.status.decided:
+            raise IllegalTransition(f"acceptance {name}: its verdict is journaled ({a.status.value}); "
+                                    "only a retry runs it again")
+        a = state.acceptance[name] = a or AcceptanceState(stage=name)
+        a.status, a.attempt, a.outcome, a.duration_s = StageStatus.RUNNING, a.attempt + 1, None, None
+        a.nodes, a.pairs = list(e.get("nodes", ())), [tuple(p) for p in e.get("pairs", ())]
+        a.bundle = e.get("bundle")
+    elif to in (StageStatus.PASSED.value, StageStatus.FAILED.value):
+        imported = e.get("imported")
+        if imported:
+            if a is not None and a.status.decided:
+                raise IllegalTransition(f"acceptance {name}: a verdict is journaled already; nothing to import")
+            a = state.acceptance[name] = a or AcceptanceState(stage=name, attempt=1)
+        elif a is None or a.status is not StageStatus.RUNNING:
+            raise IllegalTransition(f"acceptance {name}: a verdict without a started attempt")
+        outcome = e["outcome"]
+        if bool(outcome.get("passed")) != (to == StageStatus.PASSED.value):
+            raise IllegalTransition(f"acceptance {name}: {to} does not match its outcome")
+        a.status, a.outcome, a.imported = StageStatus(to), dict(outcome), imported
+        a.duration_s, a.timing = e.get("duration_s"), e.get("timing", "measured")
+        if e.get("bundle"):
+            a.bundle = e["bundle"]
+        if imported:
+            a.nodes, a.pairs = list(e.get("nodes", ())), [tuple(p) for p in e.get("pairs", ())]
+    elif to == StageStatus.RETRY.value:
+        if a is None or a.status is not StageStatus.FAILED:
+            raise IllegalTransition(f"acceptance {name}: only a failed stage is retried, this one is "
+                                    f"{a.status.value if a else 'not run'}")
+        a.failures.append({"attempt": a.attempt, "reason_codes": a.reason_codes, "bundle": a.bundle})
+        a.status, a.outcome = StageStatus.RETRY, None
+        state.halted, state.halt_reason = False, ""  # a failed stage is the only halt it can have caused
+    else:
+        raise IllegalTransition(f"acceptance {name} cannot go to {to!r}")
+
+
 _HANDLERS = {"rollout": _rollout, "batch": _batch, "nodes": _nodes, "decided": _decided, "retest": _retest,
-             "gated": _gated, "network": _network, "stage": _stage}
+             "gated": _gated, "network": _network, "stage": _stage,
+             "acceptance": _acceptance}

@@ -197,7 +197,7 @@ def network_outputs(pairs: Sequence[tuple[str, str]], addresses: Mapping[str, st
     return out
 
 
-# --- training smoke and image ----------------------------------------------------------------
+# --- training smoke ----------------------------------------------------------------
 
 def smoke_output(hosts: Sequence[str], steps: int, rng: random.Random, samples_per_second: float,
                  faults: AcceptanceFaults = AcceptanceFaults()) -> str:
@@ -212,13 +212,6 @@ def smoke_output(hosts: Sequence[str], steps: int, rng: random.Random, samples_p
            "data_loading_share": round(rng.uniform(0.02, 0.08), 4),
            "ranks_agree": len(set(checksums)) == 1, "checksums": checksums, "hosts": list(hosts)}
     return f"0: {json.dumps(doc)}\n"
-
-
-def image_outputs(image: str, gpu_model: str, gpus: int, present: bool = True) -> dict[str, str]:
-    """`ctr images ls -q` filtered to the digest, and `nvidia-smi -L` inside a container of it."""
-    smi_l = "".join(f"GPU {i}: {gpu_model} (UUID: GPU-{i:08x}-5eed-5eed-5eed-{i:012x})\n" for i in range(gpus))
-    return {A.IMAGE_PRESENT: f"{image}\n" if present else "", A.IMAGE_GPUS: smi_l if present else
-            f"ctr: image \"{image}\": not found\n"}
 
 
 class SimAcceptanceCollector:
@@ -258,6 +251,10 @@ class SimAcceptanceCollector:
                             files={name: FileRecord(command=commands.get(name, ""), exit_code=0) for name in files})
         return write_bundle(out, files, manifest)
 
+    def seconds(self, stage: str) -> float:
+        """The stage's modelled wall time (`stage_seconds`), journaled with its verdict."""
+        return stage_seconds(self.storage, self.plan, self.instance, self.cfg, self.seed, self.faults)[stage]
+
     @property
     def storage_mount(self) -> str:
         return f"{self.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
@@ -271,7 +268,7 @@ PING_INTERVAL_S = 0.2
 
 
 def stage_seconds(storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
-                  seed: int = 0) -> dict[str, float]:
+                  seed: int = 0, faults: AcceptanceFaults = AcceptanceFaults()) -> dict[str, float]:
     """Modelled wall time of each acceptance stage: what its tools report they ran for.
 
     The fio tests run one after the other (they share the file system); the network pairs run
@@ -281,7 +278,7 @@ def stage_seconds(storage: StorageConfig, plan: StoragePlan, instance: InstanceT
     from infra.gates.parsers import fio as fio_parser, iperf3 as iperf3_parser
 
     rng = random.Random(seed)
-    files = storage_outputs(storage, plan, instance, cfg, rng)
+    files = storage_outputs(storage, plan, instance, cfg, rng, faults)
     storage_s = 0.0
     for name, text in files.items():
         run = fio_parser.parse_json(text)

@@ -1,5 +1,6 @@
-"""The acceptance stages as rollout steps over the simulator: bundles, records, the training
-baseline, resume without re-collecting, and a base-check failure that stops before the next stage."""
+"""The acceptance stages as rollout steps over the simulator: bundles, journaled verdicts, the
+training baseline, resume without re-collecting, and a base-check failure that stops before the
+next stage."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def test_healthy_base_checks_and_smoke_record_outcomes_and_the_baseline(tmp_path
     baseline = json.loads((tmp_path / "baselines" / "training.json").read_text())
     assert baseline["world_size"] == runner.spec.acceptance.smoke_nodes * runner.instance.gpus
     assert baseline["last_loss"] < baseline["first_loss"]
-    record = json.loads((tmp_path / "acceptance" / "network.json").read_text())
-    assert record["pairs"] and Path(record["bundle"], "manifest.json").is_file()
+    network = runner.journal.state.acceptance["network"]
+    assert network.pairs and (tmp_path / network.bundle / "manifest.json").is_file()
     resumed = _runner(tmp_path, collector=Refuses())
     assert [o.model_dump() for o in resumed.base_checks(blocks)] == [o.model_dump() for o in base]
     assert resumed.smoke(nodes) == smoke
@@ -59,7 +60,7 @@ def test_a_slow_file_system_halts_before_the_network_stage(tmp_path):
     outcomes = runner.base_checks(_blocks(runner))
     assert [o.stage for o in outcomes] == ["storage"] and not outcomes[0].passed
     assert "storage-write-slow" in outcomes[0].reason_codes
-    assert not (tmp_path / "acceptance" / "network.json").exists()
+    assert "network" not in runner.journal.state.acceptance
 
 
 def test_a_bad_management_link_and_a_diverging_rank(tmp_path):
