@@ -60,7 +60,7 @@ def ops() -> None:
               help="host:port of `gpufleet ops serve` (its /metrics).")
 def rules(stack: str, out: Path, alertmanager: str, gpufleet_target: str) -> None:
     """Write the Prometheus rules (and their unit tests) generated for STACK."""
-    from infra.ops import metrics, scrape
+    from infra.ops import metrics, monitoring_counters, scrape
     from infra.ops.rules import rules_document, unit_tests
     from infra.plan import build_plan
 
@@ -71,7 +71,7 @@ def rules(stack: str, out: Path, alertmanager: str, gpufleet_target: str) -> Non
     _write(out / scrape.RULE_FILE, dump(doc))
     for name, test in unit_tests(t, stack, f"../{scrape.RULE_FILE}").items():
         _write(out / "tests" / f"{name}.test.yml", dump(test))
-    _write(out / "dcgm-counters.csv", metrics.counters_csv(t.dcgm_version))
+    _write(out / "dcgm-counters.csv", monitoring_counters.deployed_csv(t.dcgm_version))
     written = [scrape.RULE_FILE, "tests/", "dcgm-counters.csv"]
     if spec.pool.type == "kubernetes":
         _write(out / "prometheusrule.yaml", dump(scrape.prometheus_rule(doc, stack)))

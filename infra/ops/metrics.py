@@ -3,13 +3,10 @@
 Why a file of its own: the names are facts about two exporters, checked once against their sources;
 the rules, the counters file and the test's stub exporter all take them from here.
 
-DCGM exporter (NVIDIA/dcgm-exporter `etc/default-counters.csv`, the chart line of the BOM's DCGM):
-the default file exports GPU_UTIL, FB_USED/FB_FREE, XID_ERRORS ("value of the last XID error",
-a gauge), UNCORRECTABLE_REMAPPED_ROWS and ROW_REMAP_FAILURE, but ships ECC_DBE_VOL_TOTAL and
-NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL commented out and has no clock-event field at all, so the
-exporter gets `counters_csv()`: the defaults the rules use plus those three. The clock-event field
-is DCGM_FI_DEV_CLOCKS_EVENT_REASONS (field 112; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM
-3.3, the BOM pins 4.x), an NVML clocks-event bitmask.
+DCGM exporter: a field is a metric only when the exporter's counters file lists it; the file
+gpufleet deploys is `infra.ops.monitoring_counters.deployed_csv` (NVIDIA's defaults with these fields
+switched on). The clock-event field is DCGM_FI_DEV_CLOCKS_EVENT_REASONS (field 112;
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3, the BOM pins 4.x), an NVML clocks-event bitmask.
 
 node_exporter: `up` per scrape job, the filesystem collector's `node_filesystem_size_bytes`
 (labels fstype, mountpoint) and the infiniband collector, which reads EFA devices (`rdmap*`) from
@@ -59,38 +56,7 @@ HW_THERMAL = ClockEvent(0x40, "hw_thermal_slowdown")
 HW_POWER_BRAKE = ClockEvent(0x80, "hw_power_brake_slowdown")
 
 
-class Counter(NamedTuple):
-    field: str
-    kind: str  # gauge | counter
-    help: str
-
-
-COUNTERS: tuple[Counter, ...] = (
-    Counter(GPU_UTIL, "gauge", "GPU utilization (in %)."),
-    Counter(FB_FREE, "gauge", "Framebuffer memory free (in MiB)."),
-    Counter(FB_USED, "gauge", "Framebuffer memory used (in MiB)."),
-    Counter(XID, "gauge", "Value of the last XID error encountered."),
-    Counter(REMAPPED_UNCORRECTABLE, "counter", "Number of remapped rows for uncorrectable errors"),
-    Counter(ROW_REMAP_FAILURE, "gauge", "Whether remapping of rows has failed"),
-    # not exported by default; the rules need them
-    Counter(ECC_DBE_VOLATILE, "counter", "Total number of double-bit volatile ECC errors."),
-    Counter(NVLINK_CRC_FLIT, "counter", "Total number of NVLink flow-control CRC errors."),
-    # kept from the defaults for the cost and utilisation reports
-    Counter("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-    Counter("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
-)
-
-
 def clock_events_field(dcgm_version: str) -> str:
     """The clock-event field's name in the BOM's DCGM (renamed in 3.3)."""
     major, minor = (int(p) for p in dcgm_version.split(".")[:2])
     return CLOCK_EVENTS if (major, minor) >= (3, 3) else CLOCK_THROTTLE_LEGACY
-
-
-def counters_csv(dcgm_version: str) -> str:
-    """The exporter's `-f` counters file, in dcgm-exporter's format (field, type, help)."""
-    lines = [f"# gpufleet: the DCGM fields the monitoring rules read (infra/ops/metrics.py), DCGM {dcgm_version}",
-             "# DCGM FIELD, Prometheus metric type, help message"]
-    lines += [f"{c.field}, {c.kind}, {c.help}" for c in COUNTERS]
-    lines.append(f"{clock_events_field(dcgm_version)}, gauge, Current clock event reasons (bitmask).")
-    return "\n".join(lines) + "\n"

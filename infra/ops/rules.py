@@ -10,6 +10,9 @@ each target. Its `gpufleet_action` label tells `gpufleet ops serve` what to do: 
 node is faulty: the same quarantine the gates use) or `page` (a person decides: a low-utilisation
 job is not a hardware fault, a missing scrape may be Prometheus's own).
 
+The DCGM metric names are the exporter's counters file's (`monitoring_counters.deployed`): a rule
+document that reads a field that file does not export is refused, since the alert could never fire.
+
 Each rule carries a series that fires and one that does not; `unit_tests()` turns them into
 `promtool test rules` files, so the generated rules are tested with the thresholds they were
 generated with.
@@ -17,12 +20,15 @@ generated with.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from infra.errors import GpufleetError
 from infra.gates.verdict import Verdict
 from infra.gates.xid import XID_RULES
 from infra.ops import metrics as m
+from infra.ops import monitoring_counters
 from infra.spec import OpsConfig
 
 QUARANTINE, PAGE = "quarantine", "page"
@@ -33,6 +39,7 @@ TEST_NODE = "node-under-test"
 UTIL_BY_NODE = "gpufleet:gpu_util:avg_by_node"
 FB_RATIO_BY_NODE = "gpufleet:fb_used_ratio:max_by_node"
 ADMITTED_BUSY = "gpufleet:node_admitted_busy"
+DCGM_METRIC = re.compile(r"\bDCGM_(?:FI|EXP)_[A-Z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -207,13 +214,23 @@ def alert_rules(t: Thresholds) -> list[AlertRule]:
     return rules
 
 
+def dcgm_metrics(doc: dict[str, Any]) -> set[str]:
+    """Every DCGM exporter metric a rule document's expressions read."""
+    return {name for g in doc["groups"] for r in g["rules"] for name in DCGM_METRIC.findall(r["expr"])}
+
+
 def rules_document(t: Thresholds, stack: str) -> dict[str, Any]:
     """The Prometheus rule file (also the `spec.groups` of a PrometheusRule)."""
     alerts = [{"alert": r.name, "expr": r.expr, "for": f"{r.for_minutes}m",
                "labels": r.labels() | {"stack": stack}, "annotations": r.annotations()}
               for r in alert_rules(t)]
-    return {"groups": [{"name": "gpufleet.recording", "rules": recording_rules()},
-                       {"name": "gpufleet.alerts", "rules": alerts}]}
+    doc = {"groups": [{"name": "gpufleet.recording", "rules": recording_rules()},
+                      {"name": "gpufleet.alerts", "rules": alerts}]}
+    unexported = dcgm_metrics(doc) - monitoring_counters.deployed(t.dcgm_version).fields
+    if unexported:
+        raise GpufleetError(f"the rules read DCGM fields the exporter's counters file does not export: "
+                            f"{', '.join(sorted(unexported))} (add them to infra/ops/monitoring_counters.py)")
+    return doc
 
 
 def _eval_minutes(rule: AlertRule) -> int:

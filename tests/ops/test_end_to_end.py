@@ -18,24 +18,25 @@ import yaml
 from click.testing import CliRunner
 
 from infra.cli import main
-from infra.ops import metrics, scrape
+from infra.bom import load_bom
+from infra.ops import metrics, monitoring_counters, scrape
 from tests.daytwo.fleet import pool_doc
 from tests.ops.conftest import ensure_tool
 from tests.ops.serving import STACK, Served, fleet_base, free_port, served  # noqa: F401 - fixtures
 
 DEADLINE_S = 120
+REPO = Path(__file__).resolve().parents[2]
 
 
 def dcgm_exposition(hostname: str, xid: int) -> str:
     """Two GPUs as dcgm-exporter labels them (gpu, UUID, pci_bus_id, device, modelName, Hostname,
     DCGM_FI_DRIVER_VERSION); GPU 1 reports the Xid."""
     rows = []
-    for name, kind, help_text, values in (
-            (metrics.XID, "gauge", "Value of the last XID error encountered.", (0, xid)),
-            (metrics.GPU_UTIL, "gauge", "GPU utilization (in %).", (85, 84)),
-            (metrics.FB_USED, "gauge", "Framebuffer memory used (in MiB).", (60000, 61000)),
-            (metrics.FB_FREE, "gauge", "Framebuffer memory free (in MiB).", (21000, 20000))):
-        rows += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    counters = monitoring_counters.deployed(load_bom(REPO / "images" / "bom.yaml").components.dcgm.version)
+    for name, values in ((metrics.XID, (0, xid)), (metrics.GPU_UTIL, (85, 84)), (metrics.FB_USED, (60000, 61000)),
+                         (metrics.FB_FREE, (21000, 20000))):
+        exported = counters.get(name)  # the deployed counters file's type and help: a field it lacks is a KeyError
+        rows += [f"# HELP {name} {exported.help}", f"# TYPE {name} {exported.kind}"]
         for gpu, value in enumerate(values):
             rows.append(f'{name}{{gpu="{gpu}",UUID="GPU-5b3c2f1e-0000-4000-8000-00000000000{gpu}",'
                         f'pci_bus_id="00000000:{0x53 + gpu:02X}:00.0",device="nvidia{gpu}",'

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from infra.cli import main
-from infra.ops import metrics
+from infra.ops import metrics, monitoring_counters
 from infra.ops.rules import Thresholds, alert_rules, rules_document, unit_tests
 from infra.spec import OpsConfig
 
@@ -78,7 +78,7 @@ def test_every_dcgm_metric_is_a_dcgm_exporter_field() -> None:
         field = line.lstrip("# ").split(",")[0].strip()
         if field.startswith("DCGM_FI_"):
             (commented if line.startswith("#") else shipped).add(field)
-    ours = {line.split(",")[0] for line in metrics.counters_csv("4.2.3").splitlines() if line.startswith("DCGM_FI_")}
+    ours = {line.split(",")[0].strip() for line in monitoring_counters.deployed_csv("4.2.3").splitlines() if line.startswith("DCGM_FI_")}
     assert ours - shipped == {metrics.ECC_DBE_VOLATILE, metrics.NVLINK_CRC_FLIT, metrics.CLOCK_EVENTS}
     assert {metrics.ECC_DBE_VOLATILE, metrics.NVLINK_CRC_FLIT} <= commented
 
