@@ -367,6 +367,8 @@ class OpsConfig(_Model):
     # Prometheus to the user and creates ServiceMonitors and a PrometheusRule for theirs
     prometheus: Literal["stack", "existing"] = "stack"
     prometheus_rule_labels: dict[str, str] = Field(default_factory=dict)  # the user's ruleSelector labels
+    # where Alertmanager posts (`gpufleet ops serve`); a Slurm head node serves it on 127.0.0.1
+    alert_webhook_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
 
     @model_validator(mode="after")
     def _range(self) -> "OpsConfig":
