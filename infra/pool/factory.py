@@ -3,23 +3,33 @@
 - `pool.type: sim` -> the simulator's file pool under the stack's state dir.
 - `pool.type: slurm` on a simulated stack (`local-slurm`) -> the real local Slurm that
   `gpufleet pool up` started under the stack's state dir (its own SLURM_CONF).
-- `pool.type: slurm` on a real stack -> the Slurm adapter with the system's SLURM_CONF (run where
-  the Slurm client is configured: the controller, a login node, a CI runner with access).
+- `pool.type: slurm` on a real stack -> the Slurm adapter, its commands run on the stack's
+  controller (the `slurmControllerIp` / `slurmControllerInstanceId` outputs) over the stack's
+  `gpufleet:configure` connection: SSH (through its bastion) or SSM Run Command. On the
+  controller or a login node itself, `GPUFLEET_SLURM_CLIENT=local` runs them right there.
 - `pool.type: kubernetes` -> the Kubernetes adapter (imported only then: it needs the
   `kubernetes` client and a kubeconfig).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from infra.errors import PoolError
+from infra.errors import ConfigError, PoolError
 from infra.plan.model import ClusterPlan
 from infra.pool.protocol import Launcher, Pool
 from infra.project import Project
 from infra.spec import ClusterSpec
 
+if TYPE_CHECKING:
+    from infra.pool.slurm.cli import SlurmCli
+    from infra.pool.slurm.transport import Transport
+
 SLURM_DIR = "slurm"
+SLURM_CLIENT_ENV = "GPUFLEET_SLURM_CLIENT"  # "local": this machine is the controller or a login node
+Outputs = Callable[[], Mapping[str, Any]]
 
 
 def local_slurm_root(project: Project, stack: str) -> Path:
@@ -27,8 +37,10 @@ def local_slurm_root(project: Project, stack: str) -> Path:
 
 
 def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launcher | None = None,
-             plan: ClusterPlan | None = None) -> Pool:
-    """The stack's pool. `launcher` replaces the adapter's own (the simulator's fabric model)."""
+             plan: ClusterPlan | None = None, outputs: Outputs | None = None) -> Pool:
+    """The stack's pool. `launcher` replaces the adapter's own (the simulator's fabric model).
+    `outputs`: the stack's Pulumi outputs when the caller has them (the rollout's provisioner);
+    else a real Slurm stack reads them from Pulumi at its first command."""
     if spec.pool.type == "sim":
         from infra.plan import build_plan
         from infra.pool.sim import SimPool
@@ -49,9 +61,7 @@ def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launc
                                 f"`gpufleet pool up -s {stack}`")
             return SlurmPool(local.cli(), version=slurm_version(), set_node_addresses=False,
                              failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)
-        from infra.pool.slurm.cli import SlurmCli
-
-        return SlurmPool(SlurmCli(), version=target_slurm_version(spec, project),
+        return SlurmPool(real_slurm_cli(spec, project, stack, outputs), version=target_slurm_version(spec, project),
                          failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)
     if spec.pool.type == "kubernetes":
         try:
@@ -70,3 +80,49 @@ def target_slurm_version(spec: ClusterSpec, project: Project | None = None) -> s
     from infra.bom import load_bom, resolve_bom_path
 
     return load_bom(resolve_bom_path(spec, project)).for_os(spec.image.os).slurm
+
+
+def real_slurm_cli(spec: ClusterSpec, project: Project, stack: str, outputs: Outputs | None = None) -> "SlurmCli":
+    """The Slurm client of a real stack: on this machine when GPUFLEET_SLURM_CLIENT=local, else on
+    the stack's controller, reached at the first command (the controller exists only once the
+    first batch's update ran, and `gpufleet pool` must not touch Pulumi before it needs to)."""
+    from infra.pool.slurm.cli import SlurmCli
+    from infra.pool.slurm.transport import FirstUseTransport
+
+    choice = os.environ.get(SLURM_CLIENT_ENV, "")
+    if choice == "local":
+        return SlurmCli()
+    if choice:
+        raise ConfigError(f"{SLURM_CLIENT_ENV}={choice!r} is not a Slurm client choice", field=SLURM_CLIENT_ENV,
+                          expected="'local' (run Slurm's commands on this machine: the controller or a login node), "
+                                   "or unset (reach the stack's controller over its gpufleet:configure connection)")
+    read = outputs or (lambda: _pulumi_outputs(spec, project, stack))
+    return SlurmCli(transport=FirstUseTransport(lambda: controller_transport(spec, project, stack, read()),
+                                                f"the Slurm controller of stack {stack!r}"))
+
+
+def controller_transport(spec: ClusterSpec, project: Project, stack: str, outputs: Mapping[str, Any]) -> "Transport":
+    """SSH to the controller's private IP (through the configured bastion) or SSM to its instance."""
+    from infra.configure.inventory import SshConnection, SsmConnection
+    from infra.pool.slurm.transport import SshTransport, SsmTransport
+    from infra.rollout.wiring import slurm_controller
+
+    connection, host = slurm_controller(spec, outputs, project)
+    if isinstance(connection, SsmConnection):
+        import boto3
+
+        return SsmTransport(str(host.instance_id), boto3.client("ssm", region_name=connection.region),
+                            s3=boto3.client("s3", region_name=connection.region), bucket=connection.bucket)
+    assert isinstance(connection, SshConnection)
+    known_hosts = project.state_dir(stack) / "ssh" / "known_hosts"  # this stack's controller, accepted once
+    known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    return SshTransport(host=host.address, user=connection.user, port=connection.port,
+                        key_file=connection.private_key_file, proxy_jump=connection.proxy_jump,
+                        known_hosts=known_hosts, connect_timeout_s=connection.connect_timeout_s)
+
+
+def _pulumi_outputs(spec: ClusterSpec, project: Project, stack: str) -> Mapping[str, Any]:
+    from infra.rollout.pulumi_provisioner import PulumiProvisioner
+
+    return PulumiProvisioner.for_stack(spec, project, stack).outputs()
+

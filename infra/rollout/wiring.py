@@ -75,15 +75,17 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
                           ) from None
     provisioner = PulumiProvisioner.for_stack(spec, project, stack)
     executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
-    pool = _pool(spec, plan, project, stack, None)
+    pool = _pool(spec, plan, project, stack, None, outputs=provisioner.outputs)
     return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True)
 
 
-def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any) -> Any:
-    """The stack's pool; on a simulated stack its multi-node runs go to the simulator's fabric model."""
+def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any,
+          outputs: Callable[[], Mapping[str, Any]] | None = None) -> Any:
+    """The stack's pool; on a simulated stack its multi-node runs go to the simulator's fabric model;
+    on a real one it reaches the Slurm controller named in the provisioner's `outputs`."""
     from infra.pool.factory import pool_for
 
-    return pool_for(spec, project, stack, launcher=launcher, plan=plan)
+    return pool_for(spec, project, stack, launcher=launcher, plan=plan, outputs=outputs)
 
 
 # --- the real Executor ----------------------------------------------------------------------------
@@ -147,6 +149,14 @@ def connection_for(spec: ClusterSpec, outputs: Mapping[str, Any], project: Proje
     return SshConnection(user=cfg.ssh_user or ("ec2-user" if spec.image.os == "al2023" else "ubuntu"),
                          private_key_file=project.path(Path(key).expanduser()) if key else None,
                          proxy_jump=cfg.ssh_proxy_jump)
+
+
+def slurm_controller(spec: ClusterSpec, outputs: Mapping[str, Any], project: Project) -> tuple["Connection", "Node"]:
+    """How gpufleet reaches a Slurm pool's controller: the stack's configure connection, and the
+    controller as that connection addresses it (its instance id for SSM, its private IP for SSH)."""
+    connection = connection_for(spec, outputs, project)
+    ip, instance_id = (_output(outputs, name) for name in ("slurmControllerIp", "slurmControllerInstanceId"))
+    return connection, controller_host(connection, ip, instance_id)
 
 
 def controller_host(connection: "Connection", ip: str, instance_id: str) -> "Node":

@@ -9,10 +9,8 @@ slurmctld that is down or slow is a `PoolError` after a bounded wait, never a ha
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import replace
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from itertools import groupby
@@ -247,7 +245,7 @@ class SlurmLauncher:
         minutes = max(2, int(timeout_s // 60) + 2)
         drained = [n for n in spec.nodes if self._is_pending(n)]
         self.cli.run(["scontrol", "create", "reservation", f"ReservationName={reservation}", f"Nodes={names}",
-                      "StartTime=now", f"Duration={minutes}", f"Users={getpass.getuser()}", "Flags=MAINT,IGNORE_JOBS"])
+                      "StartTime=now", f"Duration={minutes}", f"Users={self.cli.transport.user}", "Flags=MAINT,IGNORE_JOBS"])
         started = datetime.now(timezone.utc)
         try:
             if drained:
@@ -255,13 +253,7 @@ class SlurmLauncher:
             argv = list(spec.argv)
             at = argv.index("srun") + 1
             argv[at:at] = [f"--reservation={reservation}"]
-            try:
-                proc = subprocess.run(["timeout", "-k", "5", f"{timeout_s:g}", *argv], env=self.cli.env(),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      timeout=timeout_s + 15)
-                code, output = proc.returncode, proc.stdout
-            except subprocess.TimeoutExpired as exc:
-                code, output = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            code, output = self.cli.launch(argv, timeout_s)  # where slurmctld is: this machine, SSH or SSM
         finally:
             if drained:
                 self.cli.run(["scontrol", "update", f"NodeName={hostlist(drained)}", "State=DRAIN",
