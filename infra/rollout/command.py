@@ -179,6 +179,9 @@ def _summary(rep, modelled: bool) -> str:
     lines = [f"rollout {rep.stack}: {rep.status}" + (f" ({rep.halt_reason})" if rep.halt_reason else ""),
              f"  admitted {rep.admitted_nodes}/{rep.target_nodes} nodes = {rep.admitted_gpus} GPUs; "
              f"spares used {rep.spares_used}/{rep.spare_nodes}"]
+    for a in rep.acceptance:
+        detail = a.figures or ", ".join(a.reason_codes)
+        lines.append(f"  acceptance {a.stage:<8} {a.status}" + (f": {detail}" if detail else ""))
     for p in rep.partitions:
         lines.append(f"  partition {p.name:<12} {p.units_available}/{p.units_planned} units, {p.gpus_available} GPUs")
     for q in rep.quarantined:
@@ -196,6 +199,9 @@ def _summary(rep, modelled: bool) -> str:
 def _dry_run(plan, state, location: str) -> None:
     click.echo(f"journal: {location} ({state.events} events; "
                f"{'halted: ' + state.halt_reason if state.halted else 'finished' if state.finished else 'unfinished' if state.started else 'none yet'})")
+    for name, a in state.acceptance.items():
+        click.echo(f"acceptance {name}: {a.status.value} (attempt {a.attempt})"
+                   + (f" {', '.join(a.reason_codes)}" if a.reason_codes else ""))
     for b in plan.batches:
         bs = state.batches.get(b.number)
         nodes = plan.batch_nodes(b.number)

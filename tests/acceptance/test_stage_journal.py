@@ -293,3 +293,32 @@ def test_outcome_files_of_this_rollout_are_adopted_once_and_older_ones_ignored(t
     storage = o.journal.state.acceptance["storage"]
     assert storage.imported == str(sd / "acceptance" / "storage.json") and storage.bundle == "old-bundle"
     assert runner.recorded("storage").passed and "network" not in o.journal.state.acceptance
+
+
+def test_the_terminal_table_shows_each_stage_under_its_status(tmp_path):
+    from rich.console import Console
+
+    from infra.rollout.display import RichDisplay
+
+    check = {"check_id": "net.tcp[a--b]", "severity": "Q", "measured": "1.5 Gbit/s", "expected": ">= 50 Gbit/s",
+             "verdict": "QUARANTINE", "reason_code": "mgmt-tcp-slow", "message": "TCP [a--b] 1.5 Gbit/s is under 50",
+             "research_ref": "x"}
+    state = st.fold([ev(1, stage="storage", to="started", nodes=["a"]),
+                     ev(2, stage="storage", to="passed", outcome={**OUTCOME_OK, "checks": [
+                         {**check, "check_id": "storage.seq-write", "measured": "900 MB/s", "verdict": "PASS",
+                          "reason_code": None, "message": ""}]}, duration_s=30.0, timing="modelled"),
+                     ev(3, stage="network", to="started", nodes=["a", "b"], pairs=[["a", "b"]]),
+                     ev(4, stage="network", to="failed", outcome={
+                         "stage": "network", "verdict": "QUARANTINE", "passed": False,
+                         "reason_codes": ["mgmt-tcp-slow"], "checks": [check]}, duration_s=9.0)])
+    plan = orchestrator(tmp_path, FakeCloud(), SPEC).plan
+    display = RichDisplay(plan, lambda: 0.0, io.StringIO())
+    display.live.stop()
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(display._table(state))
+    text = console.export_text()
+    assert "acceptance stages" in text and "gpufleet rollout" in text
+    storage = next(line for line in text.splitlines() if "storage" in line)
+    network = next(line for line in text.splitlines() if "network" in line)
+    assert "passed" in storage and "seq-write 900 MB/s" in storage and "30 s modelled" in storage
+    assert "failed" in network and "mgmt-tcp-slow: TCP [a--b] 1.5 Gbit/s is under 50" in network
