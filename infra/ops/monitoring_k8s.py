@@ -1,0 +1,50 @@
+"""The Kubernetes pool's monitoring as a Pulumi component (`gpufleet:ops:Monitoring`).
+
+Only registration lives here; every object comes from `monitoring_manifests` (pure). The
+namespace is created here, before the counters ConfigMap the pool's dcgm-exporter mounts: the
+exporter's release must wait for `counters` (`NodeAddons` takes it as a dependency), or its pods
+would start without the file the rules need. The custom objects wait for the chart that installs
+their CRDs when the stack installs one; with `ops.prometheus: existing` the CRDs are the user's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.ops import monitoring_manifests as mm
+from infra.pool.kubernetes.manifests import MANAGED_BY
+from infra.spec import OpsConfig
+
+
+class Monitoring(pulumi.ComponentResource):
+    def __init__(self, name: str, ops: OpsConfig, rules: dict[str, Any], stack: str, dcgm_version: str,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:ops:Monitoring", name, None, opts)
+        self.namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": mm.NAMESPACE, "labels": dict(MANAGED_BY)},
+                                               opts=pulumi.ResourceOptions(parent=self))
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        configmap, *custom = mm.monitoring_objects(ops, rules, stack, dcgm_version)
+        self.counters = k8s.core.v1.ConfigMap(f"{name}-dcgm-counters", metadata=configmap["metadata"],
+                                              data=configmap["data"], opts=in_ns)
+        after: list[pulumi.Resource] = [self.namespace]
+        self.release: k8s.helm.v3.Release | None = None
+        if ops.prometheus == "stack":
+            chart = mm.KUBE_PROMETHEUS_STACK
+            self.release = k8s.helm.v3.Release(
+                f"{name}-{chart.release}", name=chart.release, chart=chart.chart, version=chart.version,
+                namespace=chart.namespace, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+                values=mm.prometheus_stack_values(ops), timeout=900, opts=in_ns)
+            after.append(self.release)
+        self.custom = [pulumi.CustomResource(f"kubernetes:{obj['apiVersion']}:{obj['kind']}",
+                                             f"{name}-{obj['metadata']['name']}", dict(obj),
+                                             pulumi.ResourceOptions(parent=self, depends_on=after))
+                       for obj in custom]
+        self.register_outputs({
+            "prometheus": ops.prometheus,
+            "chart": f"{mm.KUBE_PROMETHEUS_STACK.chart} {mm.KUBE_PROMETHEUS_STACK.version}" if self.release else None,
+            "alertsActOn": ops.alert_webhook_url,
+            "objects": sorted(f"{o['kind']}/{o['metadata']['name']}" for o in custom),
+        })
