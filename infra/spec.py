@@ -430,7 +430,7 @@ class ConfigureConfig(_Model):
 SimFaultKind = Literal[
     "ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
     "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
-    "configure-failed",
+    "configure-failed", "image-missing",
 ]
 SimSystemicFault = Literal["none", "nccl-socket-fallback", "driver-broken"]
 

@@ -23,6 +23,7 @@ from infra.configure.extravars import LustreMount, configure_extravars
 from infra.configure.inventory import Connection, Node, SshConnection, SsmConnection
 from infra.configure.runner import AnsibleConfigurator, HostProgress, Verdict
 from infra.errors import ConfigError, PoolError
+from infra.gates.image import image_runtime
 from infra.project import Project
 from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
 from infra.spec import ClusterSpec
@@ -152,5 +153,10 @@ def stack_executor(spec: ClusterSpec, project: Project, stack: str, connection: 
     preflight_vars = {"gpufleet_dcgm_level": spec.gates.dcgm_level, "gpufleet_gpus_per_node": instance.gpus}
     if lustre:
         preflight_vars["gpufleet_lustre_mount"] = lustre.mount_path
+    if spec.acceptance.workload_image:  # pulled by site.yml, listed and run by preflight.yml (infra.gates.image)
+        image_vars = {"image_prepull_image": spec.acceptance.workload_image,
+                      "image_prepull_runtime": image_runtime(spec.pool.type)}
+        site_vars |= image_vars
+        preflight_vars |= image_vars
     return AnsibleExecutor(runner, connection, site_vars, groups=groups, context=context,
                            preflight_vars=preflight_vars, service_hosts=service_hosts)

@@ -1,4 +1,6 @@
-"""Checks of the acceptance stages: storage and network base checks, training smoke, image pre-pull.
+"""Checks of the acceptance stages: storage and network base checks and the training smoke job.
+
+The image pre-pull is judged per node, in the preflight gates (infra/gates/image.py).
 
 Why one module beside checks.py: these stages judge the stack (a file system, a management
 network, a fabric sample, a job across nodes), not one node's preflight, yet they speak the same
@@ -27,7 +29,6 @@ Floors and where they come from:
 
 from __future__ import annotations
 
-import re
 from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -37,7 +38,6 @@ from infra.gates.bundle import Bundle
 from infra.gates.launch import LaunchSpec
 from infra.gates.checks import not_collected
 from infra.gates.parsers import fabtests, fio, iperf3, ping, train
-from infra.gates.parsers.system import parse_nvidia_smi_l
 from infra.gates.verdict import CheckResult, Verdict, check_result, worst
 from infra.plan.model import StoragePlan
 from infra.plan.storage import MB, TIB, client_mbs
@@ -57,8 +57,6 @@ FIO_CHECKPOINT = "fio-checkpoint.json"
 STORAGE_FILES = (FIO_SEQ_WRITE, FIO_SEQ_READ, FIO_RAND_READ, FIO_MD_CREATE, FIO_MD_STAT, FIO_MD_DELETE,
                  FIO_CHECKPOINT)
 TRAIN_SMOKE = "train-smoke.txt"
-IMAGE_PRESENT = "image-present.txt"
-IMAGE_GPUS = "image-gpus.txt"
 
 # Samples per second per GPU the smoke model must reach (its batches are tiny, so the figure is a
 # sanity floor catching a rank 10x off, not a benchmark). gpufleet's judgement: no published figure.
@@ -391,34 +389,6 @@ def training_baseline(bundle: Bundle) -> dict | None:
             "samples_per_second": res.samples_per_second,
             "allreduce_ms_median": sorted(res.allreduce_ms)[len(res.allreduce_ms) // 2] if res.allreduce_ms else None,
             "data_loading_share": res.data_loading_share, "hosts": list(res.hosts)}
-
-
-# --- image pre-pull (per node, added to the preflight bundle) -------------------------------
-
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def image_checks(bundle: Bundle, image: str, gpus: int) -> list[CheckResult]:
-    """The pinned image is on the node, and a container from it sees all the node's GPUs."""
-    digest = _DIGEST.search(image)
-    if digest is None:
-        raise ValueError(f"workload image {image!r} is not pinned by digest (repo@sha256:<64 hex>)")
-    out: list[CheckResult] = []
-    f = bundle.get(IMAGE_PRESENT)
-    if not f.collected:
-        out.append(_missing("image.present", digest[0], IMAGE_PRESENT))
-    else:
-        present = digest[0] in f.text
-        out.append(_r("image.present", "present" if present else f"absent: {f.text.strip()[:120]!r}", digest[0],
-                      P if present else R, "image-missing", f"{image} is not on the node; pull it again"))
-    g = bundle.get(IMAGE_GPUS)
-    if not g.collected:
-        out.append(_missing("image.gpus", f"{gpus} GPUs", IMAGE_GPUS))
-    else:
-        seen = len(parse_nvidia_smi_l(g.text).gpus)
-        out.append(_r("image.gpus", f"{seen} GPUs", f"{gpus} GPUs", P if seen == gpus else R, "image-gpus-hidden",
-                      f"a container from {image} sees {seen} of {gpus} GPUs"))
-    return out
 
 
 # --- a stage's outcome ----------------------------------------------------------------------

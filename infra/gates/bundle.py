@@ -59,6 +59,10 @@ NCCL_INTRA = "nccl-all-reduce-intra.txt"
 NCCL_INTRA_JSON = "nccl-all-reduce-intra.json"
 NCCL_EFA_LOOPBACK = "nccl-efa-loopback.txt"
 
+# Only when the stack pins a workload image (acceptance.workloadImage; infra/gates/image.py):
+IMAGE_LIST = "image-list.txt"  # the runtime's full image listing (crictl/ctr/docker/podman/enroot)
+IMAGE_GPUS = "image-gpus.txt"  # `nvidia-smi -L` inside a container of the workload image
+
 BUNDLE_FILES: tuple[str, ...] = (
     QUERY_GPU, REMAPPED_ROWS, SMI_Q, NVLINK_S, TOPO_M, DCGM_DIAG, KERNEL_LOG, FI_INFO, LSPCI_EFA,
     FABRICMANAGER, LUSTRE, CONTAINER_GPUS, VERSIONS, NCCL_INTRA, NCCL_INTRA_JSON, NCCL_EFA_LOOPBACK,

@@ -12,12 +12,12 @@ import re
 from functools import cached_property
 from typing import Callable
 
-from infra.gates import baseline, bundle as B, versions, xid as xid_rules
+from infra.gates import baseline, bundle as B, image, versions, xid as xid_rules
 from infra.gates.bundle import Bundle
 from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
 from infra.gates.parsers.common import absent_command, first_line, missing_tool, strip_unit, to_int, yes_no
 from infra.gates.settings import GateSettings
-from infra.gates.verdict import CheckResult, Verdict, check_result
+from infra.gates.verdict import CheckResult, Verdict, check_result, not_collected
 
 P, W, R, Q = Verdict.PASS, Verdict.WARN, Verdict.REMEDIATE, Verdict.QUARANTINE
 
@@ -31,13 +31,6 @@ def _r(check_id: str, severity: str, measured: object, expected: object, verdict
        message: str, research_ref: str) -> CheckResult:
     return check_result(check_id, severity, str(measured), str(expected), verdict, code if verdict is not P else None,
                         message, research_ref)
-
-
-def not_collected(check_id: str, severity: str, expected: object, name: str, research_ref: str,
-                  detail: str = "") -> CheckResult:
-    stem = name.rsplit(".", 1)[0]
-    return _r(check_id, severity, "not collected", expected, R, f"missing-{stem}"[:63],
-              f"{name} was not collected{': ' + detail if detail else ''}; collect again", research_ref)
 
 
 def absent_tool(ev: "NodeEvidence", check_id: str, severity: str, expected: object, name: str, research_ref: str,
@@ -751,6 +744,10 @@ def check_container(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     return [_r(cid, sev, n, s.sku.gpus, P, None, "", rref)]
 
 
+def check_workload_image(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    return image.workload_image_checks(ev.bundle, s.workload_image, s.sku.gpus)
+
+
 def check_intra_node(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     """Correctness and the absolute floor; the cohort-relative gate needs every node (evaluate)."""
     if ev.intra is None:
@@ -769,7 +766,7 @@ CHECKS: tuple[Callable[[NodeEvidence, GateSettings], list[CheckResult]], ...] = 
     check_manifest, check_gpu_count, check_gpu_model, check_versions, check_persistence, check_mig, check_recovery_action,
     check_ecc_mode, check_ecc_uncorrectable, check_row_remap, check_kernel_log, check_pcie, check_nvlink,
     check_fabric_manager, check_clocks, check_dcgm, check_efa, check_nccl_net, check_lustre, check_container,
-    check_intra_node,
+    check_workload_image, check_intra_node,
 )
 
 

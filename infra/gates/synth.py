@@ -349,6 +349,8 @@ COMMANDS = {
     B.VERSIONS: "version commands (see BUNDLE.md)",
     B.NCCL_INTRA: "all_reduce_perf -b 1G -e 16G -f 2 -g 8 -c 1",
     B.NCCL_EFA_LOOPBACK: "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO all_reduce_perf -b 1G -e 1G -g 8",
+    B.IMAGE_LIST: "the runtime's image listing (role image_prepull, tasks/preflight.yml)",
+    B.IMAGE_GPUS: "<runtime> run <workload image> nvidia-smi -L (role image_prepull, tasks/preflight.yml)",
 }
 
 
@@ -377,3 +379,52 @@ def manifest(n: NodeSpec, files: dict[str, str], started: datetime | None = None
 def write_node(directory, n: NodeSpec):
     files = node_files(n)
     return B.write_bundle(directory, files, manifest(n, files))
+
+
+# --- the workload image (infra/gates/image.py): each runtime's own listing format ----------
+
+PAUSE_IMAGE = ("602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause",
+               "sha256:529cf6b1b6e5b76e901abc43aee825badbd93f9c5ee5f1e316d46a83abbce5a2")
+ENROOT_DIR = "/var/lib/gpufleet/enroot"  # role image_prepull's image_prepull_enroot_dir
+
+
+def _config_digest(digest: str) -> str:
+    """A stand-in image id (the config blob's digest) that differs from the manifest digest."""
+    return "sha256:" + digest[7:][::-1]
+
+
+def image_list(image: str, runtime: str, present: bool = True) -> str:
+    """What the preflight's listing command prints on a node holding the pause image and,
+    when `present`, the workload image (pulled by digest, so it carries no tag)."""
+    repo, _, digest = image.partition("@")
+    held = [(f"{PAUSE_IMAGE[0]}:3.10", PAUSE_IMAGE[0], PAUSE_IMAGE[1], 317_264)]
+    if present:
+        held.append((None, repo, digest, 9_876_543_210))
+    if runtime == "crictl":  # cri-tools: protobuf JSON of ListImagesResponse, 2-space indent
+        return json.dumps({"images": [
+            {"id": _config_digest(d), "repoTags": [tag] if tag else [], "repoDigests": [f"{r}@{d}"],
+             "size": str(size), "uid": None, "username": "", "spec": None, "pinned": tag is not None}
+            for tag, r, d, size in held]}, indent=2) + "\n"
+    if runtime == "ctr":  # containerd: tabwriter columns, one row per reference
+        rows = [("REF", "TYPE", "DIGEST", "SIZE", "PLATFORMS", "LABELS")]
+        for tag, r, d, size in held:
+            kind = "application/vnd.docker.distribution.manifest.list.v2+json"
+            for ref in ([tag] if tag else []) + [f"{r}@{d}", _config_digest(d)]:
+                rows.append((ref, kind, d, f"{size / 2**20:.1f} MiB", "linux/amd64,linux/arm64",
+                             "io.cri-containerd.image=managed"))
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        return "".join(" ".join(c.ljust(w) for c, w in zip(row[:5], widths)) + " " + row[5] + "\n" for row in rows)
+    if runtime == "enroot":  # find -printf '%s\t%p\n' over the role's squashfs folder
+        return "".join(f"{size}\t{ENROOT_DIR}/{d}.sqsh\n" for tag, r, d, size in held if tag is None)
+    raise ValueError(f"no listing format for runtime {runtime!r}")
+
+
+def image_gpus(image: str, runtime: str, gpu_model: str, gpus: int, present: bool = True) -> tuple[str, int]:
+    """(`nvidia-smi -L` inside a container of the image, exit code); the runtime's error when absent."""
+    if present:
+        return "".join(f"GPU {i}: {gpu_model} (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)\n"
+                       for i in range(gpus)), 0
+    if runtime == "enroot":
+        digest = image.partition("@")[2]
+        return f"[ERROR] No such file or directory: {ENROOT_DIR}/{digest}.sqsh\n", 1
+    return f'ctr: image "{image}": not found\n', 1

@@ -105,6 +105,15 @@ def check_result(check_id: str, severity: str, measured: str, expected: str, ver
     return r
 
 
+def not_collected(check_id: str, severity: str, expected: object, name: str, research_ref: str,
+                  detail: str = "") -> CheckResult:
+    """A file the check needs is absent: REMEDIATE `missing-<file stem>` (collect again; a second
+    miss quarantines through the retest rule), never a pass."""
+    stem = name.rsplit(".", 1)[0]
+    return check_result(check_id, severity, "not collected", str(expected), Verdict.REMEDIATE, f"missing-{stem}"[:63],
+                        f"{name} was not collected{': ' + detail if detail else ''}; collect again", research_ref)
+
+
 class Action(str, Enum):
     ADMIT = "admit"
     RETEST = "retest"  # remediate (reset / restart / reboot) then gate again

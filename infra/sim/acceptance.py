@@ -197,7 +197,7 @@ def network_outputs(pairs: Sequence[tuple[str, str]], addresses: Mapping[str, st
     return out
 
 
-# --- training smoke and image ----------------------------------------------------------------
+# --- training smoke ----------------------------------------------------------------------------
 
 def smoke_output(hosts: Sequence[str], steps: int, rng: random.Random, samples_per_second: float,
                  faults: AcceptanceFaults = AcceptanceFaults()) -> str:
@@ -212,13 +212,6 @@ def smoke_output(hosts: Sequence[str], steps: int, rng: random.Random, samples_p
            "data_loading_share": round(rng.uniform(0.02, 0.08), 4),
            "ranks_agree": len(set(checksums)) == 1, "checksums": checksums, "hosts": list(hosts)}
     return f"0: {json.dumps(doc)}\n"
-
-
-def image_outputs(image: str, gpu_model: str, gpus: int, present: bool = True) -> dict[str, str]:
-    """`ctr images ls -q` filtered to the digest, and `nvidia-smi -L` inside a container of it."""
-    smi_l = "".join(f"GPU {i}: {gpu_model} (UUID: GPU-{i:08x}-5eed-5eed-5eed-{i:012x})\n" for i in range(gpus))
-    return {A.IMAGE_PRESENT: f"{image}\n" if present else "", A.IMAGE_GPUS: smi_l if present else
-            f"ctr: image \"{image}\": not found\n"}
 
 
 class SimAcceptanceCollector:

@@ -27,7 +27,7 @@ from infra.sim.executor import SimExecutor
 from infra.sim.fabric import SimLauncher
 from infra.sim.installed import INSTALLED_FILE, VERSION_FAULTS_FILE, Installed, VersionFaults
 from infra.sim.late import LATE_FILE, LateFaults
-from infra.sim.faults import FaultPlan, Truth, active_faults, jitter, place_faults
+from infra.sim.faults import FaultPlan, Truth, active_faults, check_image_faults, jitter, place_faults
 from infra.sim.provisioner import SimProvisioner
 from infra.sim.render import BundleWriter, NodeIdentity, NodeLook, versions_key
 from infra.spec import ClusterSpec, SimulatorConfig
@@ -125,6 +125,7 @@ class SimulatedCloud:
             raise ConfigError("not a simulated stack", path=str(project.stack_file(stack)), field="gpufleet:simulator",
                               expected="a `gpufleet:simulator` key (the local stacks have one)")
         try:
+            check_image_faults(spec.simulator, spec.acceptance.workload_image)
             faults = place_faults(plan, spec.simulator)
         except ConfigError as exc:  # checked before anything is written
             raise ConfigError(exc.message, path=str(project.stack_file(stack)), field=exc.field,
@@ -177,7 +178,8 @@ class SimulatedCloud:
         installed = self.installed.versions(p.who.instance_id)
         versions = versions_key(installed) if installed is not None else self._versions_key
         return NodeLook(instance_type=self.sku.name, os=self.spec.image.os, versions=versions,
-                        fault=p.fault, systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level)
+                        fault=p.fault, systemic=p.systemic, factor=p.factor, dcgm_level=self.spec.gates.dcgm_level,
+                        workload_image=self.spec.acceptance.workload_image, pool=self.spec.pool.type)
 
     def node_outputs(self, slot: str) -> dict[str, tuple[str, int]]:
         """The raw tool outputs of the slot's running instance (bundle file name -> (output, exit

@@ -78,6 +78,9 @@ EFFECTS: dict[str, FaultEffect] = {e.kind: e for e in (
        "slow EFA on one node: every pair with it fails, with known-good partners too (research (d) item 4)"),
     _e("version-skew", "preflight", ("version-nccl",), "quarantine", None,
        "an older NCCL than the BOM's: Q (research (a) #3)"),
+    _e("image-missing", "preflight", ("image-missing", "image-gpus-not-visible"), "retest", None,
+       "the pre-pull missed the node: the image is not listed and a container of it cannot start; a reboot "
+       "pulls nothing, so the retest fails again"),
     _e("unreachable", "configure", (), "none", None, "SSH/SSM never answers: the host is UNREACHABLE"),
     _e("configure-failed", "configure", (), "none", None, "a site.yml task fails on this host"),
 )}
@@ -140,6 +143,15 @@ class FaultPlan:
         return Truth(faulty=faulty, bad_links=self.bad_links, shortfall=dict(self.shortfall),
                      bad_replacements=dict(self.bad_replacements), systemic=self.systemic,
                      systemic_codes=SYSTEMIC_CODES.get(self.systemic, ()))
+
+
+def check_image_faults(cfg: SimulatorConfig, workload_image: str | None) -> None:
+    """An `image-missing` fault needs the stack's workload image: without one the gates check no
+    image, and the seeded node would pass where the truth says it fails."""
+    if cfg.faults.get("image-missing") and workload_image is None:
+        raise ConfigError("the simulator seeds `image-missing` faults, but the stack pins no workload image",
+                          field="gpufleet:simulator.faults.image-missing",
+                          expected="gpufleet:acceptance.workloadImage set (repo@sha256:...), or no image-missing fault")
 
 
 def fault_counts(cfg: SimulatorConfig, nodes: int) -> list[tuple[str, int]]:

@@ -20,6 +20,7 @@ from typing import Mapping
 from infra import catalog
 from infra.gates import bundle as B
 from infra.gates import synth
+from infra.gates.image import image_runtime
 
 SYNTH_HOST = "ip-10-0-0-1"  # the host name synth prints in kernel and NCCL lines
 SYNTH_IP = "10.0.0.1<"  # and its address in NCCL socket lines
@@ -80,6 +81,8 @@ class NodeLook:
     systemic: str
     factor: float  # the node's bandwidth factor
     dcgm_level: int
+    workload_image: str | None = None  # the stack's pinned image: the bundle gets its listing and GPU probe
+    pool: str | None = None  # picks the image runtime whose listing format is rendered (gates.image.image_runtime)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,11 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     files = synth.node_files(node)
     files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
     rc: dict[str, int] = {}
+    if look.workload_image is not None:
+        runtime, present = image_runtime(look.pool), look.fault != "image-missing"
+        files[B.IMAGE_LIST] = synth.image_list(look.workload_image, runtime, present)
+        files[B.IMAGE_GPUS], rc[B.IMAGE_GPUS] = synth.image_gpus(look.workload_image, runtime, sku.gpu_model,
+                                                                 sku.gpus, present)
     if "efa_missing" in faults:
         rc[B.FI_INFO] = 1
     files[B.SMI_Q] = _with_clock_counters(files[B.SMI_Q])
@@ -188,8 +196,10 @@ def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
         if not skip:
             out.append(line)
     files[B.NVLINK_S] = "\n".join(out) + "\n"
-    files[B.CONTAINER_GPUS] = "".join(f"{line}\n" for line in files[B.CONTAINER_GPUS].splitlines()
-                                      if not line.startswith(f"GPU {BAD_GPU}:"))
+    for name in (B.CONTAINER_GPUS, B.IMAGE_GPUS):
+        if name in files:
+            files[name] = "".join(f"{line}\n" for line in files[name].splitlines()
+                                  if not line.startswith(f"GPU {BAD_GPU}:"))
     doc = json.loads(files[B.DCGM_DIAG])  # DCGM diagnoses the GPUs NVML still lists
     for category in doc["DCGM Diagnostic"]["test_categories"]:
         for test in category["tests"]:
@@ -232,6 +242,10 @@ def _driver_broken(files: dict[str, str], rc: dict[str, int], versions: dict[str
     files[B.CONTAINER_GPUS] = ("docker: Error response from daemon: failed to create task for container: "
                                "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.\n")
     rc[B.CONTAINER_GPUS] = 125
+    if B.IMAGE_GPUS in files:
+        files[B.IMAGE_GPUS] = ("ctr: failed to create shim task: OCI runtime create failed: nvidia-container-cli: "
+                               "initialization error: nvml error: driver not loaded: unknown\n")
+        rc[B.IMAGE_GPUS] = 1
     code = nccl_code(versions["nccl"])
     files[B.NCCL_INTRA] = (f"# nccl-tests version 2.13.10 nccl-headers={code} nccl-library={code}\n"
                            "# Collective test starting: all_reduce_perf\n"

@@ -46,7 +46,8 @@ def settings_for(d: DayTwo, bom: Bom) -> GateSettings:
     """The gates' expectations for nodes built from `bom` (as `infra.rollout.wiring.gate_settings`)."""
     by_os = gate_versions.expectations_by_os(bom, d.spec.pool.type, d.spec.image.os)
     return GateSettings.from_config(d.spec.gates, d.spec.cluster.instance_type, bom_digest=bom.digest(),
-                                    expected_by_os=by_os, pool=d.spec.pool.type)
+                                    expected_by_os=by_os, pool=d.spec.pool.type,
+                                    workload_image=d.spec.acceptance.workload_image)
 
 
 def executor_for(d: DayTwo, bom: Bom) -> Executor:

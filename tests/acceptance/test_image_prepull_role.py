@@ -1,29 +1,44 @@
 """The image_prepull role for real (ansible-playbook on localhost) against a stand-in `docker`
 CLI that keeps pulled images in a folder: the first run pulls, the second pulls nothing, check
 mode pulls nothing, a tag without a digest is refused; the preflight part adds the two bundle
-commands that image_checks reads."""
+commands, whose output (run as preflight.yml runs them) the real image gate passes, and fails
+with `image-missing` once the image is gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from infra.gates import bundle as B
+from infra.gates.bundle import Bundle, FileRecord, Manifest, read_bundle, write_bundle
+from infra.gates.checks import NodeEvidence, check_workload_image
+from infra.gates.settings import GateSettings
+from infra.gates.verdict import Verdict
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests@sha256:" + "5e" * 32
 
-FAKE_DOCKER = """#!/bin/sh
-# a stand-in for the docker CLI: images are files named after their reference
+FAKE_DOCKER = r"""#!/bin/sh
+# a stand-in for the docker CLI: each pulled image is a file holding its `docker images
+# --format '{{json .}}'` line (docker 24's fields), named after its reference
 store="{store}"; echo "$*" >> "{log}"
-case "$1 $2" in
-  "image inspect") ref="$3"; [ "$3" = "--format" ] && ref="$5"; f="$store/$(echo "$ref" | tr '/:@' '___')"
-                   [ -f "$f" ] && {{ echo "$ref"; exit 0; }}; echo "Error: No such image: $ref" >&2; exit 1 ;;
-  "pull "*) mkdir -p "$store"; touch "$store/$(echo "$2" | tr '/:@' '___')"; echo "pulled $2" ;;
+file() {{ echo "$store/$(echo "$1" | tr '/:@' '___')"; }}
+case "$1" in
+  image) [ -f "$(file "$3")" ] && exit 0; echo "Error: No such image: $3" >&2; exit 1 ;;
+  pull) mkdir -p "$store"; repo="${{2%@*}}"; digest="${{2#*@}}"
+        printf '{{"Containers":"N/A","CreatedAt":"2025-06-02 10:11:12 +0000 UTC","CreatedSince":"5 months ago",''"Digest":"%s","ID":"sha256:%s","Repository":"%s","SharedSize":"N/A","Size":"9.88GB","Tag":"<none>",''"UniqueSize":"N/A","VirtualSize":"9.876GB"}}
+' "$digest" "$(echo "$digest" | cut -c8- | rev)" "$repo" > "$(file "$2")"
+        echo "pulled $2" ;;
+  images) cat "$store"/* 2>/dev/null; exit 0 ;;
+  run) [ -f "$(file "$6")" ] || {{ echo "docker: Error response from daemon: No such image: $6." >&2; exit 125; }}
+       for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000$i-aaaa-bbbb-cccc-dddddddddddd)"; done ;;
   *) exit 2 ;;
 esac
 """
@@ -100,12 +115,30 @@ def test_a_tag_without_a_digest_is_refused(setup):
     assert _pulls(setup) == 0
 
 
-def test_preflight_adds_the_image_bundle_commands(setup):
+def _collect(setup: Path, commands: list[dict]) -> Bundle:
+    """Run the preflight's image commands as preflight.yml does (output and rc per file)."""
+    files, records = {}, {}
+    for c in commands[1:]:
+        proc = subprocess.run(["bash", "-c", f"timeout {c['timeout']} bash -c {shlex.quote(c['cmd'])} 2>&1"],
+                              capture_output=True, text=True, env=dict(os.environ, PATH=f"{setup / 'bin'}{os.pathsep}"
+                                                                                           f"{os.environ['PATH']}"))
+        files[c["name"]] = proc.stdout
+        records[c["name"]] = FileRecord(command=c["cmd"], exit_code=proc.returncode)
+    return read_bundle(write_bundle(setup / "bundle", files, Manifest(slot="n1", files=records)))
+
+
+def test_preflight_evidence_goes_through_the_real_gate(setup):
     proc = _run(setup, IMAGE)
     assert proc.returncode == 0, proc.stdout[-3000:]
     commands = json.loads((setup / "commands.json").read_text())
-    assert [c["name"] for c in commands] == ["existing.txt", "image-present.txt", "image-gpus.txt"]
-    assert IMAGE in commands[2]["cmd"] and "--gpus all" in commands[2]["cmd"]
-    present = subprocess.run(["bash", "-c", commands[1]["cmd"]], capture_output=True, text=True,
-                             env=dict(os.environ, PATH=f"{setup / 'bin'}{os.pathsep}{os.environ['PATH']}"))
-    assert IMAGE in present.stdout  # what image_checks looks for: the digest in image-present.txt
+    assert [c["name"] for c in commands] == ["existing.txt", B.IMAGE_LIST, B.IMAGE_GPUS]
+    assert "--pull=never" in commands[2]["cmd"]  # the probe must not pull what the pre-pull missed
+    settings = GateSettings(workload_image=IMAGE)
+    ok = check_workload_image(NodeEvidence(_collect(setup, commands)), settings)
+    assert [(c.check_id, c.verdict) for c in ok] == [("image.present", Verdict.PASS), ("image.gpus", Verdict.PASS)]
+    assert ok[0].measured.startswith("docker: public.ecr.aws/hpc-cloud/nccl-tests@sha256:")
+    for pulled in (setup / "images").iterdir():  # the node loses the image
+        pulled.unlink()
+    gone = check_workload_image(NodeEvidence(_collect(setup, commands)), settings)
+    assert [c.reason_code for c in gone] == ["image-missing", "image-gpus-not-visible"]
+    assert "No such image" in gone[1].measured

@@ -72,8 +72,6 @@ def test_healthy_simulated_stages_pass():
     checks += A.network_checks(bundle(S.network_outputs(PAIRS, ADDR, P5, CFG, rng)), PAIRS, P5, CFG)
     hosts = [n for n in NODES[:2] for _ in range(8)]
     checks += A.smoke_checks(bundle({A.TRAIN_SMOKE: S.smoke_output(hosts, 30, rng, 100_000)}), P5, CFG)
-    image = "public.ecr.aws/x/y@sha256:" + "c" * 64
-    checks += A.image_checks(bundle(S.image_outputs(image, P5.gpu_model, 8)), image, 8)
     assert [c for c in checks if c.verdict is not Verdict.PASS] == []
 
 

@@ -24,7 +24,8 @@ from infra.spec import ClusterSpec, load_stack_path
 REPO = Path(__file__).resolve().parents[2]
 ALL_KINDS = ("ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
              "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
-             "configure-failed")
+             "configure-failed", "image-missing")
+WORKLOAD_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests@sha256:" + "5e" * 32  # image-missing needs a pinned image
 _programs: dict[str, dict] = {}
 
 
@@ -36,6 +37,7 @@ def make_spec(target_gpus: int = 320, **simulator: Any) -> ClusterSpec:
     units = target_gpus // raw["cluster"]["unitGpus"]
     raw["partitions"] = [{"name": "train", "mode": "data-parallel", "units": units}]
     raw["simulator"] = {"seed": 1, **simulator}
+    raw.setdefault("acceptance", {})["workloadImage"] = WORKLOAD_IMAGE
     return ClusterSpec.from_raw(raw, source="test")
 
 

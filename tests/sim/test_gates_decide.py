@@ -23,7 +23,7 @@ def gate(cloud, instances, dest: Path, previous=None):
     bundles = [read_bundle(f) for f in find_bundles(dest)]
     settings = GateSettings(instance_type=cloud.sku.name, dcgm_level=cloud.spec.gates.dcgm_level,
                             expected_versions=expectations(cloud.bom, cloud.spec.image.os, cloud.spec.pool.type),
-                            pool=cloud.spec.pool.type)
+                            pool=cloud.spec.pool.type, workload_image=cloud.spec.acceptance.workload_image)
     return res, {r.slot: r for r in gate_cohort(bundles, settings, previous=previous)}
 
 

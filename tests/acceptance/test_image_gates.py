@@ -1,0 +1,198 @@
+"""The workload image as a per-node gate: the listing parser over each runtime's format, the
+check's three reason codes, "not applicable" without an image, the simulator's evidence in
+those formats with a seeded `image-missing` node, and a simulated rollout quarantining exactly
+that node while admitting the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.bom import load_bom
+from infra.errors import ConfigError
+from infra.gates import bundle as B, synth
+from infra.gates.bundle import Bundle, FileRecord, Manifest
+from infra.gates.checks import NodeEvidence, check_workload_image
+from infra.gates.evaluate import check_node
+from infra.gates.image import image_runtime
+from infra.gates.parsers.images import normalise, parse_image_list, split_reference
+from infra.gates.settings import GateSettings
+from infra.gates.verdict import Verdict
+from infra.sim.faults import EFFECTS, check_image_faults, place_faults
+from infra.sim.render import NodeLook, render_files
+from infra.plan import build_plan
+from infra.spec import load_stack_path
+
+from tests.rollout.e2e import journal_state, rollout
+from tests.rollout.project import make_project
+
+REPO = Path(__file__).resolve().parents[2]
+DIGEST = "sha256:" + "5e" * 32
+OTHER = "sha256:" + "a1" * 32
+IMAGE = f"public.ecr.aws/hpc-cloud/nccl-tests@{DIGEST}"
+SMI_L = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd)\n" for i in range(8))
+
+
+def bundle(files: dict[str, str], rc: dict[str, int] | None = None) -> Bundle:
+    records = {n: FileRecord(command=n, exit_code=(rc or {}).get(n, 0)) for n in files}
+    return Bundle(path="n1", manifest=Manifest(slot="n1", files=records), files=files)
+
+
+def checks(files: dict[str, str], image: str | None = IMAGE, rc: dict[str, int] | None = None):
+    return check_workload_image(NodeEvidence(bundle(files, rc)), GateSettings(workload_image=image))
+
+
+def codes(files: dict[str, str], **kw) -> list[str | None]:
+    return [c.reason_code for c in checks(files, **kw)]
+
+
+# --- the parser, one runtime's listing at a time -------------------------------------------
+
+def test_references_normalise_as_docker_does():
+    assert normalise("busybox") == "docker.io/library/busybox"
+    assert normalise("acme/train") == "docker.io/acme/train"
+    assert normalise("localhost:5000/x") == "localhost:5000/x"
+    assert split_reference(f"registry:5000/a/b:v1@{DIGEST}") == ("registry:5000/a/b", "v1", DIGEST)
+    assert split_reference("registry:5000/a/b") == ("registry:5000/a/b", None, None)
+
+
+@pytest.mark.parametrize("runtime", ["crictl", "ctr", "enroot"])
+def test_each_rendered_listing_parses_to_the_pinned_digest(runtime):
+    listing = parse_image_list(synth.image_list(IMAGE, runtime))
+    assert listing.runtime == runtime and listing.problems == ()
+    assert listing.has_digest(DIGEST) and listing.has_digest(synth.PAUSE_IMAGE[1]) is (runtime != "enroot")
+    gone = parse_image_list(synth.image_list(IMAGE, runtime, present=False))
+    assert not gone.has_digest(DIGEST)
+
+
+def test_crictl_json_has_the_cri_list_images_shape():
+    doc = json.loads(synth.image_list(IMAGE, "crictl"))
+    image = doc["images"][1]
+    assert set(image) == {"id", "repoTags", "repoDigests", "size", "uid", "username", "spec", "pinned"}
+    assert image["repoDigests"] == [IMAGE] and image["repoTags"] == [] and isinstance(image["size"], str)
+
+
+def test_ctr_rows_and_image_id_references():
+    text = synth.image_list(IMAGE, "ctr")
+    assert text.splitlines()[0].split() == ["REF", "TYPE", "DIGEST", "SIZE", "PLATFORMS", "LABELS"]
+    listing = parse_image_list(text)
+    assert {e.repository for e in listing.entries} == {synth.PAUSE_IMAGE[0], "public.ecr.aws/hpc-cloud/nccl-tests"}
+    assert listing.digests_of("public.ecr.aws/hpc-cloud/nccl-tests") == {DIGEST}
+
+
+def test_docker_json_lines_and_podman_arrays():
+    line = {"Containers": "N/A", "Digest": DIGEST, "ID": "sha256:" + "0" * 64,
+            "Repository": "public.ecr.aws/hpc-cloud/nccl-tests", "Tag": "<none>", "Size": "9.88GB"}
+    docker = parse_image_list(json.dumps(line) + "\n" + json.dumps({**line, "Repository": "busybox", "Digest": OTHER}))
+    assert docker.runtime == "docker" and docker.digests_of("docker.io/library/busybox") == {OTHER}
+    podman = parse_image_list(json.dumps([{"Id": "x", "Names": ["public.ecr.aws/hpc-cloud/nccl-tests:v1"],
+                                           "RepoDigests": [IMAGE], "Digest": DIGEST}]))
+    assert podman.runtime == "podman" and podman.entries[0].tags == ("v1",) and podman.has_digest(DIGEST)
+
+
+def test_an_empty_squashfs_is_a_failed_import_not_an_image():
+    listing = parse_image_list(f"0\t/var/lib/gpufleet/enroot/{DIGEST}.sqsh\n")
+    assert listing.runtime == "enroot" and not listing.has_digest(DIGEST) and "failed enroot import" in listing.problems[0]
+
+
+# --- the check ------------------------------------------------------------------------------
+
+def test_present_and_all_gpus_pass():
+    for runtime in ("crictl", "ctr", "enroot"):
+        out = checks({B.IMAGE_LIST: synth.image_list(IMAGE, runtime), B.IMAGE_GPUS: SMI_L})
+        assert [(c.check_id, c.verdict) for c in out] == [("image.present", Verdict.PASS), ("image.gpus", Verdict.PASS)]
+
+
+def test_missing_image_and_a_container_that_cannot_start():
+    gpus, rc = synth.image_gpus(IMAGE, "ctr", "NVIDIA H100 80GB HBM3", 8, present=False)
+    out = checks({B.IMAGE_LIST: synth.image_list(IMAGE, "ctr", present=False), B.IMAGE_GPUS: gpus},
+                 rc={B.IMAGE_GPUS: rc})
+    assert [c.reason_code for c in out] == ["image-missing", "image-gpus-not-visible"]
+    assert all(c.verdict is Verdict.REMEDIATE for c in out)
+    assert "not found" in out[1].measured and "rc=1" in out[1].measured
+
+
+def test_the_tag_at_another_digest_is_a_mismatch_naming_both():
+    stale = synth.image_list(IMAGE.replace(DIGEST, OTHER), "crictl")
+    out = checks({B.IMAGE_LIST: stale, B.IMAGE_GPUS: SMI_L})
+    assert out[0].reason_code == "image-digest-mismatch"
+    assert OTHER in out[0].measured and DIGEST in out[0].message
+
+
+def test_a_container_that_sees_fewer_gpus():
+    out = checks({B.IMAGE_LIST: synth.image_list(IMAGE, "ctr"), B.IMAGE_GPUS: SMI_L.split("\n", 1)[1]})
+    assert out[1].reason_code == "image-gpus-not-visible" and "7 of 8" in out[1].message
+
+
+def test_evidence_that_is_absent_unreadable_or_from_a_missing_tool():
+    assert codes({}) == ["missing-image-list", "missing-image-gpus"]
+    assert codes({B.IMAGE_LIST: "Segmentation fault\n", B.IMAGE_GPUS: SMI_L})[0] == "image-list-unreadable"
+    assert codes({B.IMAGE_LIST: "bash: line 1: crictl: command not found\n", B.IMAGE_GPUS: SMI_L},
+                 rc={B.IMAGE_LIST: 127})[0] == "image-runtime-missing"
+    assert codes({B.IMAGE_LIST: "", B.IMAGE_GPUS: SMI_L})[0] == "image-missing"  # docker/enroot with no image
+
+
+def test_without_a_workload_image_the_checks_do_not_apply():
+    assert checks({}, image=None) == []  # no image.* result at all, rather than an unmeasured PASS
+    with pytest.raises(ValueError):
+        GateSettings(workload_image="public.ecr.aws/hpc-cloud/nccl-tests:latest")
+
+
+# --- the simulator --------------------------------------------------------------------------
+
+def look(pool: str, fault: str | None = None, image: str | None = IMAGE) -> NodeLook:
+    versions = tuple(sorted(synth.bom_versions(load_bom(REPO / "images" / "bom.yaml"), "al2023").items()))
+    return NodeLook(instance_type="p5.48xlarge", os="al2023", versions=versions, fault=fault, systemic="none",
+                    factor=1.0, dcgm_level=2, workload_image=image, pool=pool)
+
+
+def _image_results(files: dict[str, str], rc: dict[str, int], image: str | None = IMAGE):
+    b = Bundle(path="n1", manifest=Manifest(slot="n1", files={n: FileRecord(command=n, exit_code=rc.get(n, 0))
+                                                               for n in files}), files=files)
+    step = check_node(b, GateSettings(workload_image=image, expected_by_os={}, expect_lustre=True))
+    return [r for r in step.results if r.check_id.startswith("image.")]
+
+
+@pytest.mark.parametrize("pool", ["kubernetes", "slurm", "sim"])
+def test_simulated_nodes_carry_the_evidence_in_their_pool_runtime_format(pool):
+    files, rc = render_files(look(pool))
+    assert parse_image_list(files[B.IMAGE_LIST]).runtime == image_runtime(pool)
+    assert [r.verdict for r in _image_results(files, rc)] == [Verdict.PASS, Verdict.PASS]
+    files, rc = render_files(look(pool, fault="image-missing"))
+    assert [r.reason_code for r in _image_results(files, rc)] == list(EFFECTS["image-missing"].reason_codes)
+
+
+def test_a_stack_without_an_image_renders_no_evidence_and_gets_no_image_checks():
+    files, rc = render_files(look("sim", image=None))
+    assert B.IMAGE_LIST not in files and _image_results(files, rc, image=None) == []
+
+
+def test_an_image_fault_needs_a_pinned_image():
+    spec = load_stack_path(REPO / "tests" / "fixtures" / "stacks" / "Pulumi.crash40.yaml")
+    with pytest.raises(ConfigError, match="pins no workload image"):
+        check_image_faults(spec.simulator.model_copy(update={"faults": {"image-missing": 1}}), None)
+    check_image_faults(spec.simulator.model_copy(update={"faults": {"image-missing": 1}}), IMAGE)
+
+
+# --- a simulated rollout ---------------------------------------------------------------------
+
+def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(tmp_path):
+    project = make_project(tmp_path / "p")
+    doc = yaml.safe_load((project / "stacks" / "Pulumi.crash40.yaml").read_text())
+    cfg = doc["config"]
+    cfg["gpufleet:cluster"]["name"] = "imagecheck"
+    cfg["gpufleet:acceptance"] = {"workloadImage": IMAGE}
+    cfg["gpufleet:simulator"] = {"seed": 3, "faults": {"image-missing": 1}}
+    (project / "stacks" / "Pulumi.imagecheck.yaml").write_text(yaml.safe_dump(doc))
+    result = rollout(project, "imagecheck")
+    assert result.exit_code == 0, result.output
+    state = journal_state(project, "imagecheck")
+    quarantined = {s: [h[2] for h in n.history if h[0] == "quarantined"] for s, n in state.nodes.items()}
+    quarantined = {s: c for s, c in quarantined.items() if c}
+    spec = load_stack_path(project / "stacks" / "Pulumi.imagecheck.yaml")
+    seeded = place_faults(build_plan(spec), spec.simulator).faults
+    assert set(quarantined) == set(seeded) and [c[0] for c in quarantined.values()] == ["image-missing"]
+    assert state.finished and not state.halted
