@@ -17,10 +17,11 @@ import pulumi_kubernetes as k8s
 from infra.bom import load_bom, resolve_bom_path
 from infra.cloud.storage import Storage
 from infra.configure.nccl_env import NcclEnv, nccl_env_for
-from infra.plan.model import ClusterPlan
+from infra.plan.model import ClusterPlan, Topology
 from infra.pool.kubernetes import chart_values as values
 from infra.pool.kubernetes import manifests as m
 from infra.pool.kubernetes import versions as v
+from infra.pool.kubernetes.unit_policy import whole_unit_policy
 from infra.spec import ClusterSpec
 
 
@@ -124,11 +125,27 @@ class PoolNamespace(pulumi.ComponentResource):
         self.register_outputs({"namespace": namespace})
 
 
+class WholeUnits(pulumi.ComponentResource):
+    """The admission policy that holds Kueue Workloads in the partition namespaces to whole units
+    placed by block (`unit_policy`), and its binding."""
+
+    def __init__(self, name: str, topology: Topology, partitions: Sequence[str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:pool:WholeUnits", name, None, opts)
+        policy, binding = whole_unit_policy(topology, partitions)
+        self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy", metadata=policy["metadata"], spec=policy["spec"], opts=pulumi.ResourceOptions(parent=self))
+        self.binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding", metadata=binding["metadata"], spec=binding["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.policy]))
+        self.register_outputs({"policy": policy["metadata"]["name"], "namespaces": sorted(partitions)})
+
+
 class KubernetesPool(pulumi.ComponentResource):
     """Everything the pool needs inside the cluster, through the EKS component's provider."""
 
     def __init__(self, name: str, instance_type: str, queues: Sequence[m.PartitionQueue], cohort: str | None,
-                 nccl: NcclEnv, fsx: FileSystemRef, provider: k8s.Provider,
+                 nccl: NcclEnv, fsx: FileSystemRef, provider: k8s.Provider, topology: Topology,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:KubernetesPool", name, None,
                          pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers={"kubernetes": provider})))
@@ -138,6 +155,9 @@ class KubernetesPool(pulumi.ComponentResource):
         PoolNamespace(f"{name}-{m.SYSTEM_NAMESPACE}", m.SYSTEM_NAMESPACE, instance_type, nccl, fsx, None, None, child)
         for q in queues:
             PoolNamespace(f"{name}-{q.partition}", q.namespace, instance_type, nccl, fsx, q, self.kueue, child)
+        # after Kueue's chart: the policy names the Workload kind its CRDs install
+        self.whole_units = WholeUnits(f"{name}-whole-units", topology, [q.namespace for q in queues],
+                                      pulumi.ResourceOptions(parent=self, depends_on=[self.kueue.release]))
         self.register_outputs({"namespaces": [m.SYSTEM_NAMESPACE, *(q.namespace for q in queues)],
                                "cohort": cohort})
 
@@ -152,4 +172,5 @@ def pool_objects(name: str, spec: ClusterSpec, plan: ClusterPlan, storage: Stora
                         capacity_gib=m.fsx_capacity_gib(plan.storage.capacity_gib, plan.storage.needed_tib))
     nccl = nccl_env_for(load_bom(resolve_bom_path(spec)), efa=sku.efa_interfaces > 0)
     cohort = f"{spec.cluster.name}-gpus" if spec.pool.kueue_cohort_borrowing else None
-    return KubernetesPool(name, sku.name, m.partition_queues(plan, sku), cohort, nccl, fsx, provider, opts)
+    return KubernetesPool(name, sku.name, m.partition_queues(plan, sku), cohort, nccl, fsx, provider,
+                          plan.topology, opts)
