@@ -1,0 +1,62 @@
+"""Kueue Workloads read through the kubernetes client from the pool tests' fake API server (a
+Workloads route added here by subclassing it): pages followed, admitted workloads become usage
+with their GPUs, team and nodes, an API error is an error (the report then exits 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from infra.cost.kueue import KubernetesWorkloads, KueueError, usages
+from infra.pool.kubernetes.versions import KUEUE_API_VERSION
+from tests.ops.test_cost_units import at, workload
+from tests.pool.kubernetes_fake_api import FakeApiServer, FakeKube
+
+WORKLOADS_PATH = f"/apis/{KUEUE_API_VERSION}/workloads"
+
+
+@dataclass
+class KueueKube(FakeKube):
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+
+    def _route(self, method, path, query, headers, body):
+        if path == WORKLOADS_PATH and method == "GET":
+            return self._list(self.workloads, query)
+        return super()._route(method, path, query, headers, body)
+
+
+@pytest.fixture
+def server():
+    kube = KueueKube(workloads=[
+        workload("pretrain", finished="2026-11-01T03:00:00Z", hosts=("n1", "n2"), team="vision"),
+        workload("serve", ns="debug", count=1, gpus="4"),
+        workload("queued", admitted=None),
+        workload("requeued", admitted_status="False"),
+    ])
+    with FakeApiServer(kube) as srv:
+        yield srv
+
+
+def _source(server) -> KubernetesWorkloads:
+    src = KubernetesWorkloads(server.api_client(), KUEUE_API_VERSION.split("/")[1])
+    src.PAGE = 2
+    return src
+
+
+def test_workloads_are_listed_page_by_page_and_become_usage(server) -> None:
+    jobs, skipped = usages(_source(server))
+    assert server.kube.count("GET", WORKLOADS_PATH) == 2  # four workloads, two a page
+    by_id = {j.job_id: j for j in jobs}
+    assert set(by_id) == {"train/pretrain", "debug/serve"}
+    assert (by_id["train/pretrain"].gpus, by_id["train/pretrain"].team, by_id["train/pretrain"].nodes,
+            by_id["train/pretrain"].end) == (16, "vision", ("n1", "n2"), at(3))
+    assert by_id["debug/serve"].running and by_id["debug/serve"].gpus == 4 and by_id["debug/serve"].partition == "debug"
+    assert len(skipped) == 1 and "train/requeued" in skipped[0]
+
+
+def test_an_api_error_listing_workloads_is_an_error_not_an_empty_list(server) -> None:
+    server.kube.fail(503, path=WORKLOADS_PATH, times=10)
+    with pytest.raises(KueueError, match="503"):
+        usages(_source(server))
