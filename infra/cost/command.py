@@ -144,7 +144,7 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
     series = None
     if url:
         try:
-            series, step = prom.fetch(prom.HttpRangeQuery(url), window.seconds)
+            series, step = prom.fetch(prom.HttpRangeQuery(url), window.seconds, len(plan.nodes))
             note = f"{prom.utilisation_query()} from {url}, step {step:g} s"
         except prom.PrometheusError as exc:
             problems.append(str(exc))

@@ -2,9 +2,10 @@
 
 Why one query for the whole fleet: `avg by (node) (DCGM_FI_DEV_GPU_UTIL)` over the window at one
 step is one request and one series per node (1,250 series), instead of a query per job. The
-step keeps every series under Prometheus's 11,000 points per series (a month at a 5-minute step
-is 8,640); jobs shorter than the step may fall between samples and are reported as not measured,
-never as idle. The `node` label is the one the scrape config and the rules put on every target
+step keeps every series under Prometheus's 11,000 points per series and the whole answer under
+`POINT_BUDGET` points (a month of 1,250 nodes at 5 minutes would be an 11-million-point, several
+hundred MB answer; the budget widens the step to about 26 minutes instead); jobs shorter than the
+step may fall between samples and are reported as not measured, never as idle. The `node` label is the one the scrape config and the rules put on every target
 (`infra.ops.rules.NODE_LABEL`).
 
 Failure: a connection error, an HTTP error or an API answer with `status: error` raises
@@ -27,6 +28,7 @@ from infra.ops.metrics import GPU_UTIL
 from infra.ops.rules import NODE_LABEL
 
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series
+POINT_BUDGET = 2_000_000  # all series together: the answer stays tens of MB
 MIN_STEP_S = 60
 
 
@@ -38,10 +40,11 @@ class RangeQuery(Protocol):
     def __call__(self, query: str, start: float, end: float, step: float) -> Mapping[str, Any]: ...
 
 
-def step_for(window: Interval, wanted_s: float = 300) -> float:
-    """The wanted step, widened so the window stays under Prometheus's points-per-series limit."""
+def step_for(window: Interval, series: int = 1, wanted_s: float = 300) -> float:
+    """The wanted step, widened so each series stays under Prometheus's points limit and all
+    `series` together under the point budget."""
     span = window[1] - window[0]
-    return float(max(MIN_STEP_S, wanted_s, math.ceil(span / (MAX_POINTS - 1))))
+    return float(max(MIN_STEP_S, wanted_s, math.ceil(span / (MAX_POINTS - 1)), math.ceil(span * series / POINT_BUDGET)))
 
 
 def utilisation_query() -> str:
@@ -123,7 +126,7 @@ class HttpRangeQuery:
             raise PrometheusError(f"Prometheus at {self.base_url} unreachable: {getattr(exc, 'reason', exc)}") from None
 
 
-def fetch(query: RangeQuery, window: Interval) -> tuple[dict[str, NodeSeries], float]:
-    """Every node's utilisation series over the window, and the step used."""
-    step = step_for(window)
+def fetch(query: RangeQuery, window: Interval, nodes: int = 1) -> tuple[dict[str, NodeSeries], float]:
+    """Every node's utilisation series over the window (`nodes`: how many series to expect), and the step used."""
+    step = step_for(window, nodes)
     return parse_matrix(query(utilisation_query(), window[0], window[1], step)), step

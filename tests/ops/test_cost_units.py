@@ -233,6 +233,8 @@ def test_the_step_keeps_a_month_under_prometheus_points_limit() -> None:
     assert prometheus.step_for((0, 3600)) == 300
     month = 31 * 86400
     assert month / prometheus.step_for((0, month)) < prometheus.MAX_POINTS
+    step = prometheus.step_for((0, month), series=1250)  # the whole fleet's answer stays within the budget
+    assert 1250 * month / step <= prometheus.POINT_BUDGET and step < 1800
 
 
 # --- the report -------------------------------------------------------------------------------
