@@ -271,6 +271,10 @@ class PoolConfig(_Model):
     slurm_version: str | None = Field(default=None, pattern=r"^\d{2}\.\d{2}(\.\d+)?$")
     slurm_max_minutes: dict[str, int] = Field(default_factory=dict)
     slurm_interactive_max_minutes: int = Field(default=60, gt=0, le=10_080)
+    # Slurm: the MPI plugin of the gates' multi-node runs (`srun --mpi=`): nccl-tests built with MPI
+    # start through the PMIx the slurm role installs; a Slurm without it (Debian's, as the
+    # rehearsal's local cluster runs) takes `none`
+    srun_mpi: str = Field(default="pmix", pattern=r"^(none|pmi2|pmix(_v\d+)?|cray_shasta)$")
 
     @field_validator("slurm_max_minutes")
     @classmethod

@@ -67,7 +67,9 @@ def all_reduce_args(message_bytes: int, gpus_per_rank: int = 1) -> list[str]:
 
 
 def launch_spec(kind: Kind, nodes: Sequence[str], sku: InstanceType, versions: Mapping[str, str],
-                message_bytes: int = 4 * 2**30, name: str | None = None, image: str = DEFAULT_IMAGE) -> LaunchSpec:
+                message_bytes: int = 4 * 2**30, name: str | None = None, image: str = DEFAULT_IMAGE,
+                srun_mpi: str = "pmix") -> LaunchSpec:
+    """`srun_mpi`: srun's MPI plugin, the pool's (PMIx on a cluster the slurm role built)."""
     nodes = tuple(nodes)
     ranks = len(nodes) * sku.gpus
     env = nccl_env(sku, versions, ring=True)
@@ -77,7 +79,7 @@ def launch_spec(kind: Kind, nodes: Sequence[str], sku: InstanceType, versions: M
         # values hold commas (NCCL_DEBUG_SUBSYS=INIT,NET), which --export=K=V,... cannot carry: set
         # them in srun's environment and export ALL
         argv = ("env", *(f"{k}={v}" for k, v in sorted(env.items())), "srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
-                f"--ntasks-per-node={sku.gpus}", "--mpi=pmix", "--cpu-bind=none", "-l", "--export=ALL", *args)
+                f"--ntasks-per-node={sku.gpus}", f"--mpi={srun_mpi}", "--cpu-bind=none", "-l", "--export=ALL", *args)
         return LaunchSpec(kind=kind, name=name, nodes=nodes, ranks=ranks, env=env, argv=argv)
     if kind == "ssh":
         argv = ["mpirun", "--host", ",".join(f"{n}:{sku.gpus}" for n in nodes), "-np", str(ranks), "--tag-output",
@@ -126,6 +128,6 @@ def _mpijob(name: str, nodes: tuple[str, ...], sku: InstanceType, env: dict[str,
 
 
 def round_specs(groups: Sequence[Sequence[str]], kind: Kind, sku: InstanceType, versions: Mapping[str, str],
-                message_bytes: int = 4 * 2**30) -> list[LaunchSpec]:
+                message_bytes: int = 4 * 2**30, srun_mpi: str = "pmix") -> list[LaunchSpec]:
     """One round of the isolation schedule as launch specs (run in parallel by the adapter)."""
-    return [launch_spec(kind, g, sku, versions, message_bytes) for g in groups]
+    return [launch_spec(kind, g, sku, versions, message_bytes, srun_mpi=srun_mpi) for g in groups]

@@ -33,6 +33,7 @@ class GateSettings(BaseModel):
     remap_uncorrectable_limit: int = 512
     expect_lustre: bool = True
     expect_container_runtime: bool = True
+    srun_mpi: str = "pmix"  # `srun --mpi=` of the multi-node runs on Slurm (the stack's pool.srunMpi)
     # the stack's acceptance.workloadImage (repo@sha256:...): every node must hold it and run it
     # with all GPUs (infra.gates.image); None: the image checks do not apply
     workload_image: str | None = Field(default=None, pattern=r"@sha256:[0-9a-f]{64}$")

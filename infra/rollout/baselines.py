@@ -109,7 +109,8 @@ class NetworkRunner:
     def round(self, groups: Sequence[Group]) -> list[MultiNodeRun]:
         if not groups:
             return []
-        specs = round_specs(groups, self.kind, self.settings.sku, self.versions, self.message_bytes)
+        specs = round_specs(groups, self.kind, self.settings.sku, self.versions, self.message_bytes,
+                            srun_mpi=self.settings.srun_mpi)
         results = self.launcher.run(specs, self.timeout_s)
         if len(results) != len(specs):
             raise PoolError(f"the launcher returned {len(results)} results for {len(specs)} runs")

@@ -48,7 +48,7 @@ def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
                           expected="one of " + ", ".join(bom.os))
     by_os = gate_versions.expectations_by_os(bom, spec.pool.type, spec.image.os)
     return GateSettings.from_config(spec.gates, spec.cluster.instance_type, bom_digest=bom.digest(),
-                                    expected_by_os=by_os, pool=spec.pool.type,
+                                    expected_by_os=by_os, pool=spec.pool.type, srun_mpi=spec.pool.srun_mpi,
                                     workload_image=spec.acceptance.workload_image)
 
 

@@ -1,34 +1,42 @@
-"""A rollout batch rehearsed over real transport: 8 hosts, real SSH, the real playbooks, the real gates.
+"""A rollout rehearsed over real transport: the orchestrator over 8 hosts, real SSH, the real
+playbooks, the real gates and a real Slurm whose slurmd run on those hosts.
 
 Each host is a network namespace on a private bridge running its own sshd, which chroots every
-session into the host's overlay of the Debian base (netns_lab.py). Through the Executor port over
-ansible-runner (infra.configure.executor):
+session into the host's overlay of the Debian base (netns_lab.py). The stack
+(Pulumi.rehearsal.yaml) plans 8 slots in two batches, canary first, with no spares. The rollout
+is `infra.rollout.orchestrator.Orchestrator` with the adapters a bare-metal stack would get:
 
-1. the real `site.yml` converges every host from the local apt repository of dummy packages
-   pinned to images/bom.yaml (the same repository the chroot role tests use), over SSH;
-2. the hosts then get their "hardware": stub GPU tools that print what `infra.gates.synth`
-   renders for that node in the real tools' formats (nvidia-smi, dcgmi, fi_info, nccl-tests ...,
-   and every version command the preflight runs), /proc/driver/nvidia/version included;
-3. the real `preflight.yml` collects the bundles over SSH; one host is cut (its link taken down)
-   while its DCGM diagnostic runs;
-4. the real gates (`infra.gates.evaluate.gate_cohort`, with the BOM's version expectations for
-   the stack's OS and pool) decide on the bundles that came back.
+- Provisioner: `infra.rollout.static_hosts` over an inventory file naming the 8 hosts;
+- Executor: `infra.configure.executor.AnsibleExecutor` over SSH: the real `site.yml` converges
+  every host from the local apt repository of dummy packages pinned to images/bom.yaml, then the
+  hosts get their "hardware" (stub GPU tools printing what `infra.gates.synth` renders for the
+  node in the real tools' formats), and the real `preflight.yml` collects the bundles;
+- Pool: the real local Slurm (`infra.pool.slurm.local`), slurmctld on this machine and one slurmd
+  INSIDE each host's namespace (NodeAddr = the host's address), driven by the Slurm adapter:
+  registration drains, admission RESUMEs, quarantine DRAINs with the reason code, and the
+  multi-node baselines are `srun` steps (with the stack's `srunMpi: none`: Debian's Slurm has no
+  PMIx) that land on the hosts, whose nccl-tests stub prints the simulator's fabric output
+  (nccl_stub.py);
+- the real gates decide, and the report is built from the journal as `gpufleet rollout` does.
 
-The seven reachable hosts are admitted; the cut host ends unreachable, with no bundle, and is
-what the orchestrator quarantines (`infra.rollout.orchestrator.STAGE_CODE`). The orchestrator
-itself, the Slurm pool and the multi-node baselines are not driven here: the baselines need a
-launcher whose jobs run on these hosts, which the local Slurm (its slurmds on this machine) is not.
+One host of the second batch loses its link while its DCGM diagnostic runs: it ends unreachable,
+quarantined, drained in Slurm with that reason, and the rollout one slot short (exit 3 in the
+CLI: no spares on static hosts); the other seven are admitted and idle in their partition.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from apt_fixture_repo import build_repo, install_into, local_site_vars
 from configure_host import PROJECT_ROOT, chroot, ensure_system_packages, require_root
@@ -40,28 +48,40 @@ from infra.configure.inventory import SshConnection
 from infra.configure.runner import AnsibleConfigurator
 from infra.gates import bundle as B
 from infra.gates import synth
-from infra.gates import versions as gate_versions
-from infra.gates.evaluate import gate_cohort
-from infra.gates.settings import GateSettings
+from infra.gates.admission import AdmissionRecord
 from infra.gates.verdict import Action
-from infra.rollout.orchestrator import STAGE_CODE
-from infra.rollout.ports import HostStatus, Instance
-from infra.spec import GatesConfig
+from infra.plan import plan_stack
+from infra.pool.slurm.adapter import SlurmPool
+from infra.pool.slurm.local import LocalSlurm, NodeHost, slurm_version
+from infra.project import Project
+from infra.reports import rollout as report
+from infra.rollout.journal import Journal
+from infra.rollout.orchestrator import STAGE_CODE, Adapters, Orchestrator
+from infra.rollout.backends import LocalJournalStore
+from infra.rollout.ports import HostStatus, Instance, StageResult, WallClock
+from infra.rollout.state import NodeStage
+from infra.rollout.static_hosts import StaticHostsProvisioner
+from infra.rollout.wiring import gate_settings, options
+from infra.sim.fabric import healthy_multi_busbw
+from infra.spec import load_stack_path
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
+HERE = Path(__file__).resolve().parent
+STACK = "rehearsal"
+STACK_FILE = HERE / "Pulumi.rehearsal.yaml"
+NCCL_STUB = HERE / "nccl_stub.py"
 OS = "ubuntu-22.04"
 POOL = "slurm"
 INSTANCE_TYPE = "p5.48xlarge"
-SLOTS = [f"b1-n{i:03d}" for i in range(8)]
-CUT = "b1-n005"  # goes dark during its DCGM diagnostic
+CUT = "rehearsal-b0005-n00005"  # batch 2; goes dark during its DCGM diagnostic
 CANARY = "gpufleet-rehearsal-munge-key"
-STACK = "rehearsal"
+PARTITION = "train"
 
 
-def node_spec(slot: str, bom) -> synth.NodeSpec:
-    return synth.NodeSpec(slot=slot, instance_type=INSTANCE_TYPE, instance_id=f"i-0{SLOTS.index(slot):016x}",
-                          versions=synth.bom_versions(bom, OS), batch=1, stack=STACK, os=OS)
+def node_spec(host: Instance, bom) -> synth.NodeSpec:
+    return synth.NodeSpec(slot=host.slot, instance_type=INSTANCE_TYPE, instance_id=host.instance_id,
+                          versions=synth.bom_versions(bom, OS), batch=host.batch, stack=STACK, os=OS)
 
 
 def remapped_rows_csv(query_csv: str) -> str:
@@ -85,8 +105,9 @@ def _columns(query_csv: str) -> dict[str, list[str]]:
     return {name: [r.split(", ")[i] for r in rows] for i, name in enumerate(names)}
 
 
-def install_hardware(root: Path, n: synth.NodeSpec) -> None:
-    """The node's GPU tools and version sources, printing what synth renders for `n`."""
+def install_hardware(root: Path, n: synth.NodeSpec, cut: bool, fabric_json: Path) -> None:
+    """The node's GPU tools and version sources, printing what synth renders for `n`; the `cut`
+    host's DCGM diagnostic runs long enough to lose its link during it."""
     files = synth.node_files(n)
     version = {key: synth.version_output(key, v)[0] for key, v in n.versions.items() if key in synth.VERSION_OUTPUTS}
     outputs = {**files, B.REMAPPED_ROWS: remapped_rows_csv(files[B.QUERY_GPU]), "inventory.csv": inventory_csv(files[B.QUERY_GPU]),
@@ -103,10 +124,16 @@ def install_hardware(root: Path, n: synth.NodeSpec) -> None:
     mount_line = next(line for line in files[B.LUSTRE].splitlines() if line.startswith("mount: "))
     install_tool(root, f"{bin_}/findmnt", f"echo {mount_line.removeprefix('mount: ')!r}")
     install_tool(root, f"{bin_}/docker", dispatch({'"run --rm --gpus all "*" nvidia-smi -L"': B.CONTAINER_GPUS}))
-    # the cut host's diagnostic runs long enough to be cut during it
-    diag = f"!sleep {30 if n.slot == CUT else 1}; cat /srv/gpufleet-stubs/{B.DCGM_DIAG}"
+    diag = f"!sleep {30 if cut else 1}; cat /srv/gpufleet-stubs/{B.DCGM_DIAG}"
     install_tool(root, f"{bin_}/dcgmi", dispatch({'"diag -r "*" -j"': diag, "--version": "version-dcgm"}))
+    # one binary for both: the preflight's single-node runs (over SSH, chrooted into the host's
+    # root) and the baselines' multi-node runs (srun steps of the host's slurmd, which sees the
+    # root's /opt only): every node's first task renders the fabric model's output
     install_tool(root, "/opt/nccl-tests/build/all_reduce_perf",
+                 'if [ "${SLURM_STEP_NUM_NODES:-1}" -gt 1 ]; then\n'
+                 '  [ "$SLURM_LOCALID" = 0 ] || exit 0\n'
+                 f'  exec {sys.executable} {NCCL_STUB} {fabric_json} "$@"\n'
+                 "fi\n"
                  f'[ "$NCCL_P2P_DISABLE" = 1 ] && exec cat /srv/gpufleet-stubs/{B.NCCL_EFA_LOOPBACK}\n'
                  f"cat /srv/gpufleet-stubs/{B.NCCL_INTRA}")
     # fi_info: the EFA installer (site.yml) put its own under /opt/amazon/efa/bin, first on the PATH
@@ -126,53 +153,25 @@ def install_hardware(root: Path, n: synth.NodeSpec) -> None:
     (root / "etc/os-release").write_text(synth.OS_RELEASE[OS])
 
 
-@pytest.fixture(scope="module")
-def fleet(base_rootfs, collections_dir, tmp_path_factory):
-    require_root("network namespaces with sshd")
-    ensure_system_packages("openssh-server", "openssh-client", "iproute2")
-    tmp = tmp_path_factory.mktemp("rehearsal")
-    bom = load_bom()
-    repo = build_repo(bom, OS, tmp / "repo", tmp)
-    with NetnsLab(tmp / "lab") as lab:
-        for slot in SLOTS:
-            n = node_spec(slot, bom)
-            root = lab.overlay_root(slot, [base_rootfs])
-            install_into(root, bom, OS, tmp, prebuilt=repo)
-            (root / "srv/canary-secret.b64").write_text(base64.b64encode(CANARY.encode()).decode() + "\n")
-            # /proc/driver/nvidia/version: bound before sshd starts (its mount namespace sees only
-            # the mounts made before it)
-            driver = lab.roots_dir / f"{slot}-proc-driver"
-            (driver / "nvidia").mkdir(parents=True)
-            (driver / "nvidia/version").write_text(synth.version_output("nvidia_driver", n.versions["nvidia_driver"])[0])
-            lab.mount("--bind", str(driver), str(root / "proc/driver"))
-            lab.add_host(slot, root=root)
-        instances = [Instance(slot=s, instance_id=node_spec(s, bom).instance_id, batch=1, block=0,
-                              private_ip=lab.hosts[s].address) for s in SLOTS]
-        runner = AnsibleConfigurator(tmp / "state", playbook_dir=PROJECT_ROOT / "playbooks",
-                                     collections=collections_dir, forks=len(SLOTS))
-        executor = AnsibleExecutor(runner, SshConnection(user="root", private_key_file=lab.key, connect_timeout_s=3),
-                                   local_site_vars(bom, OS, INSTANCE_TYPE), groups=(POOL,),
-                                   context={"gpufleet_stack": STACK, "gpufleet_instance_type": INSTANCE_TYPE,
-                                            "ansible_python_interpreter": "/usr/bin/python3"})
-        timings: dict[str, float] = {}
-        started = time.monotonic()
-        configured = executor.configure(instances)
-        timings["configure"] = time.monotonic() - started
-        for slot in SLOTS:
-            install_hardware(lab.hosts[slot].root, node_spec(slot, bom))
-        cut = _cut_during_diag(lab, executor)
-        started = time.monotonic()
-        collected = executor.preflight(instances, tmp / "bundles")
-        timings["preflight"] = time.monotonic() - started
-        ok = [tmp / "bundles" / s for s in collected.ok()]
-        settings = GateSettings.from_config(GatesConfig(), INSTANCE_TYPE, bom_digest=bom.digest(), pool=POOL,
-                                            expected_by_os=gate_versions.expectations_by_os(bom, POOL, OS))
-        started = time.monotonic()
-        records = gate_cohort([B.read_bundle(p) for p in ok], settings, instance_type=INSTANCE_TYPE)
-        timings["gates"] = time.monotonic() - started
-        print(f"rehearsal timings (s): {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
-        yield {"lab": lab, "configured": configured, "collected": collected, "cut": cut, "records": records,
-               "bundles": tmp / "bundles", "bom": bom, "timings": timings}
+class HostsWithGpus:
+    """The Executor port over the AnsibleExecutor; a host gets its stub GPU tools once its site.yml
+    has converged (the EFA installer lays down its own fi_info, which the stub replaces, as a real
+    host's would answer from its devices). Every other call goes straight through."""
+
+    def __init__(self, inner: AnsibleExecutor, install) -> None:
+        self.inner, self.install = inner, install
+
+    def configure(self, instances) -> StageResult:
+        result = self.inner.configure(instances)
+        for slot in result.ok():
+            self.install(slot)
+        return result
+
+    def preflight(self, instances, dest: Path) -> StageResult:
+        return self.inner.preflight(instances, dest)
+
+    def remediate(self, instance, action):
+        return self.inner.remediate(instance, action)
 
 
 def _cut_during_diag(lab: NetnsLab, executor: AnsibleExecutor) -> list[threading.Timer]:
@@ -194,13 +193,113 @@ def _cut_during_diag(lab: NetnsLab, executor: AnsibleExecutor) -> list[threading
     return timers
 
 
-def test_site_yml_converges_every_host_over_ssh(fleet):
-    configured = fleet["configured"]
-    assert configured.ok() == SLOTS, configured.not_ok()
-    assert all(h.duration_s > 0 for h in configured.hosts.values())
-    lab, bom = fleet["lab"], fleet["bom"]
+def slurmd_inside(lab: NetnsLab, slot: str) -> NodeHost:
+    """The slot's slurmd in its host's network namespace, named after the slot, seeing the host's
+    /opt (its nccl-tests) in a mount namespace of its own; nsenter, not `ip netns exec`, which
+    would remount /sys without the cgroup hierarchy slurmd needs."""
+    host = lab.hosts[slot]
+    setup = f'hostname {slot} && mount --bind {host.root}/opt /opt && exec "$@"'
+    return NodeHost(address=host.address, enter=("nsenter", f"--net=/run/netns/{host.netns}", "unshare", "--mount",
+                                                 "--uts", "sh", "-c", setup, "sh"))
+
+
+def sh(*argv: str, env: dict[str, str]) -> str:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+@pytest.fixture(scope="module")
+def rollout(base_rootfs, collections_dir, tmp_path_factory):
+    require_root("network namespaces with sshd and slurmd")
+    ensure_system_packages("openssh-server", "openssh-client", "iproute2", "util-linux", "slurm-wlm")
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    spec = load_stack_path(STACK_FILE)
+    plan = plan_stack(spec)
+    slots = [n.name for n in plan.nodes]
+    assert CUT in slots and len(plan.batches) == 2 and plan.topology.spare_nodes == 0
+    bom = load_bom()
+    repo = build_repo(bom, OS, tmp / "repo", tmp)
+    slurm = LocalSlurm(tmp / "slurm")
+    with NetnsLab(tmp / "lab") as lab:
+        try:
+            yield from _rehearse(spec, plan, slots, bom, repo, lab, slurm, tmp, base_rootfs, collections_dir)
+        finally:
+            slurm.down()  # before the lab removes the namespaces and unmounts the roots
+
+
+def _rehearse(spec, plan, slots, bom, repo, lab, slurm, tmp, base_rootfs, collections_dir):
+    for slot in slots:
+        root = lab.overlay_root(slot, [base_rootfs])
+        install_into(root, bom, OS, tmp, prebuilt=repo)
+        (root / "srv/canary-secret.b64").write_text(base64.b64encode(CANARY.encode()).decode() + "\n")
+        # /proc/driver/nvidia/version: bound before sshd starts (its mount namespace sees only the
+        # mounts made before it)
+        driver = lab.roots_dir / f"{slot}-proc-driver"
+        (driver / "nvidia").mkdir(parents=True)
+        (driver / "nvidia/version").write_text(synth.version_output("nvidia_driver", synth.bom_versions(bom, OS)["nvidia_driver"])[0])
+        lab.mount("--bind", str(driver), str(root / "proc/driver"))
+        lab.add_host(slot, root=root)
+    # the inventory a bare-metal operator would write
+    inventory = tmp / "hosts.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": [
+        {"slot": s, "address": lab.hosts[s].address, "instanceId": f"i-0{i:016x}"} for i, s in enumerate(slots)]}))
+    provisioner = StaticHostsProvisioner.from_file(inventory, plan)
+    hosts = provisioner.inventory()
+    fabric_json = tmp / "fabric.json"  # what nccl_stub.py renders from
+    fabric_json.write_text(json.dumps({
+        "stack": STACK, "instance_type": INSTANCE_TYPE, "versions": synth.bom_versions(bom, OS),
+        "nodes": {s: {"slot": s, "instance_id": h.instance_id, "private_ip": h.private_ip, "batch": h.batch,
+                      "block": h.block} for s, h in hosts.items()}}))
+
+    slurm.up(spec, plan, hosts={s: slurmd_inside(lab, s) for s in slots}, controller_address=str(lab.net[1]))
+    pool = SlurmPool(slurm.cli(timeout_s=60), version=slurm_version(),
+                     failures_before_blacklist=spec.rollout.failures_before_blacklist)
+
+    runner = AnsibleConfigurator(tmp / "state" / "runner", playbook_dir=PROJECT_ROOT / "playbooks",
+                                 collections=collections_dir, forks=len(slots))
+    ansible = AnsibleExecutor(runner, SshConnection(user="root", private_key_file=lab.key, connect_timeout_s=3),
+                              local_site_vars(bom, OS, INSTANCE_TYPE), groups=(POOL,),
+                              context={"gpufleet_stack": STACK, "gpufleet_instance_type": INSTANCE_TYPE,
+                                       "ansible_python_interpreter": "/usr/bin/python3"})
+    executor = HostsWithGpus(ansible, lambda slot: install_hardware(
+        lab.hosts[slot].root, node_spec(hosts[slot], bom), cut=slot == CUT, fabric_json=fabric_json))
+    cut = _cut_during_diag(lab, ansible)
+
+    project = Project(root=PROJECT_ROOT, name="gpufleet", stacks_dir=HERE)
+    settings = gate_settings(spec, project)
+    opts = replace(options(spec, None, threaded=False), launch_timeout_s=180)
+    state_dir = tmp / "state"
+    journal = Journal(LocalJournalStore(state_dir / "journal.jsonl"), STACK)
+    journal.load()
+    orch = Orchestrator(plan, STACK, Adapters(provisioner, executor, pool, WallClock()), journal, settings,
+                        state_dir, opts)
+    started = time.monotonic()
+    outcome = orch.run()
+    wall = time.monotonic() - started
+    journal.close()
+    state = outcome.state
+    records = [AdmissionRecord.model_validate(n.record) for _, n in sorted(state.nodes.items()) if n.record]
+    rep = report.build(plan, state, STACK, opts.pipelining, outcome.short if outcome.finished else [],
+                       wall_seconds=round(wall, 2))
+    paths = report.write(rep, records, tmp / "reports")
+    print(f"rehearsal rollout: {wall:.1f} s wall; stages (s): "
+          f"{json.dumps({k: {s: round(v, 1) for s, v in b.durations.items()} for k, b in state.batches.items()})}")
+    env = slurm.cli().env()
+    yield {"lab": lab, "slots": slots, "outcome": outcome, "state": state, "cut": cut, "report": rep,
+           "report_json": next(p for p in paths if p.name == "rollout.json"), "journal": state_dir / "journal.jsonl",
+           "state_dir": state_dir, "bom": bom, "hosts": hosts, "env": env, "settings": settings, "plan": plan}
+
+
+def _reachable(r) -> list[str]:
+    return [s for s in r["slots"] if s != CUT]
+
+
+def test_site_yml_converged_every_host_over_ssh(rollout):
+    state, lab, bom = rollout["state"], rollout["lab"], rollout["bom"]
+    for slot in rollout["slots"]:  # every host went through configure (the cut one later lost its link)
+        stages = [stage for stage, _, _ in state.nodes[slot].history]
+        assert "configured" in stages, (slot, state.nodes[slot].history)
     pinned = bom.component_versions(OS)
-    for slot in SLOTS:  # what the roles did, read on each host's own filesystem
+    for slot in rollout["slots"]:  # what the roles did, read on each host's own filesystem
         root = lab.hosts[slot].root
         assert (root / "etc/munge/munge.key").read_text() == CANARY  # the slurm group's role ran
         assert (root / "etc/nccl.conf").is_file()
@@ -209,34 +308,88 @@ def test_site_yml_converges_every_host_over_ssh(fleet):
             assert facts[key] == pinned[key], (slot, key)
 
 
-def test_the_cut_host_is_unreachable_and_brings_no_bundle(fleet):
-    collected, cut = fleet["collected"], fleet["cut"]
-    assert cut, f"{CUT} was never cut"
-    assert collected.hosts[CUT].status is HostStatus.UNREACHABLE, collected.hosts[CUT]
-    assert STAGE_CODE[collected.hosts[CUT].status] == "unreachable"  # the orchestrator's quarantine reason
-    assert not (fleet["bundles"] / CUT).exists()
-    assert collected.ok() == [s for s in SLOTS if s != CUT], collected.not_ok()
+def test_the_cut_host_ends_unreachable_and_quarantined(rollout):
+    state, outcome = rollout["state"], rollout["outcome"]
+    assert rollout["cut"], f"{CUT} was never cut"
+    node = state.nodes[CUT]
+    assert node.stage is NodeStage.QUARANTINED and node.reason_code == STAGE_CODE[HostStatus.UNREACHABLE]
+    assert not any(stage == "preflight" for stage, _, _ in node.history), node.history  # no bundle came back
+    # no spares on static hosts: the rollout finished one slot short, and nothing halted
+    assert outcome.finished and not outcome.halted and outcome.short == [CUT] and outcome.spares_exhausted
 
 
-def test_the_bundles_are_what_the_hosts_printed(fleet):
-    bom = fleet["bom"]
-    for slot in (s for s in SLOTS if s != CUT):
-        folder = fleet["bundles"] / slot
-        expected = synth.node_files(node_spec(slot, bom))
+def test_slurm_drains_the_cut_host_with_its_reason(rollout):
+    shown = sh("scontrol", "-o", "show", "node", CUT, env=rollout["env"])
+    state = shown.split("State=")[1].split()[0]
+    assert "DRAIN" in state, shown
+    reason = shown.split("Reason=")[1]
+    assert "unreachable" in reason, shown
+
+
+def test_the_seven_others_are_admitted_and_idle_in_their_partition(rollout):
+    state, env = rollout["state"], rollout["env"]
+    reachable = _reachable(rollout)
+    assert sorted(s for s, n in state.nodes.items() if n.stage is NodeStage.ADMITTED) == reachable
+    deadline = time.monotonic() + 30  # a node may read idle* for a moment after its RESUME
+    while True:
+        rows = dict(line.split("|", 1) for line in sh("sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N|%T",
+                                                      env=env).split())
+        if all(rows.get(s) == "idle" for s in reachable) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert {s: rows.get(s) for s in reachable} == {s: "idle" for s in reachable}
+    assert rows[CUT].startswith("drain"), rows
+
+
+def test_the_baselines_ran_through_srun_on_the_hosts(rollout):
+    lab, settings = rollout["lab"], rollout["settings"]
+    healthy = healthy_multi_busbw(settings.sku)
+    for slot in _reachable(rollout):
+        steps = (lab.hosts[slot].root / "opt/nccl-tests/steps.log").read_text().splitlines()
+        assert steps and all(line.startswith(f"{slot} rank ") for line in steps), steps  # ran in its namespace
+        assert all(slot in line.split(" nodes ")[1].split(",") for line in steps)
+    assert not (lab.hosts[CUT].root / "opt/nccl-tests/steps.log").exists()
+    journal = [json.loads(line) for line in rollout["journal"].read_text().splitlines()]
+    network = [e for e in journal if e["type"] == "network"]
+    assert sorted(e["batch"] for e in network) == [1, 2], [e.get("skipped") for e in network]
+    runs = [run for e in network for scale in e["scales"].values() for run in scale]
+    assert runs and all(r["measured"] and r["passed"] for r in runs), runs
+    assert all(abs(r["busbw_gbs"] - healthy) < 0.1 * healthy for r in runs), [r["busbw_gbs"] for r in runs]
+    assert CUT not in {n for r in runs for n in r["nodes"]}
+    assert {2, 4} <= {len(r["nodes"]) for r in runs}  # pairs, and the larger scales of batch 2
+
+
+def test_the_bundles_are_what_the_hosts_printed(rollout):
+    bom, state, hosts = rollout["bom"], rollout["state"], rollout["hosts"]
+    for slot in _reachable(rollout):
+        folder = rollout["state_dir"] / state.nodes[slot].bundle
+        expected = synth.node_files(node_spec(hosts[slot], bom))
         for name in (B.QUERY_GPU, B.SMI_Q, B.DCGM_DIAG, B.NCCL_INTRA, B.NCCL_EFA_LOOPBACK, B.FI_INFO):
             assert (folder / name).read_text() == expected[name], (slot, name)
         manifest = json.loads((folder / B.MANIFEST).read_text())
         assert manifest["slot"] == slot and manifest["collected_by"] == "preflight.yml"
-        assert manifest["instance_type"] == INSTANCE_TYPE and manifest["stack"] == STACK and manifest["batch"] == 1
+        assert manifest["instance_type"] == INSTANCE_TYPE and manifest["stack"] == STACK
+        assert manifest["batch"] == hosts[slot].batch
 
 
-def test_the_real_gates_admit_every_reachable_host(fleet):
-    records = {r.slot: r for r in fleet["records"]}
-    assert sorted(records) == [s for s in SLOTS if s != CUT]
-    refused = {s: (r.action.value, r.reason_codes, r.message) for s, r in records.items() if r.action is not Action.ADMIT}
-    assert not refused, refused
-    bom = fleet["bom"]
-    for r in records.values():
-        assert r.bom_digest == bom.digest() and r.instance_type == INSTANCE_TYPE
+def test_the_real_gates_admitted_every_reachable_host(rollout):
+    state, bom = rollout["state"], rollout["bom"]
+    for slot in _reachable(rollout):
+        r = AdmissionRecord.model_validate(state.nodes[slot].record)
+        assert r.action is Action.ADMIT, (slot, r.reason_codes, r.message)
+        assert r.bom_digest == bom.digest() and r.instance_type == INSTANCE_TYPE and r.stack == STACK
+        assert r.instance_id == rollout["hosts"][slot].instance_id
         compared = {c.check_id for c in r.checks if c.check_id.startswith("versions.")}
         assert {"versions.nvidia_driver", "versions.cuda", "versions.nccl", "versions.slurm"} <= compared, compared
+
+
+def test_the_report_agrees_with_the_journal(rollout):
+    rep, state = rollout["report"], rollout["state"]
+    written = json.loads(rollout["report_json"].read_text())
+    assert written["admitted_nodes"] == rep.admitted_nodes == 7 and written["target_nodes"] == 8
+    assert written["admitted_gpus"] == 7 * 8 and written["short"] == [CUT]
+    assert [(q["slot"], q["reason_code"], q["replaced"]) for q in written["quarantined"]] == [
+        (CUT, "unreachable", False)]
+    assert written["status"] == rep.status and rep.status != "complete"
+    journaled = {s: n.stage.value for s, n in state.nodes.items()}
+    assert journaled == {**{s: "admitted" for s in _reachable(rollout)}, CUT: "quarantined"}

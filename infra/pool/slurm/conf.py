@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from infra.catalog import InstanceType
 from infra.errors import ConfigError, PoolError
@@ -61,6 +61,10 @@ class LocalFlavour:
     controller_port: int
     first_node_port: int  # nodes take first_node_port .. first_node_port + nodes - 1
     kind: Literal["local"] = "local"
+    # slurmd inside network namespaces (infra.pool.slurm.local.NodeHost): where they reach slurmctld,
+    # and each node's NodeAddr; None: every daemon on 127.0.0.1
+    controller_address: str | None = None
+    node_addresses: Mapping[str, str] | None = None
     slurmdbd_port: int | None = None  # the caller's slurmdbd on 127.0.0.1, for stacks with accounting
 
     @property
@@ -197,7 +201,8 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         return [
             "# gpufleet local test cluster: auth/none, 127.0.0.1, state under the stack's state dir",
             *common,
-            "SlurmctldHost=localhost",
+            f"SlurmctldHost=localhost({flavour.controller_address})" if flavour.controller_address
+            else "SlurmctldHost=localhost",
             f"SlurmctldPort={flavour.controller_port}",
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -267,6 +272,9 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
             last = flavour.first_node_port + block.nodes[-1]
             ports = str(first) if first == last else f"[{first}-{last}]"
             where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports}"
+            if flavour.node_addresses is not None:
+                addresses = ",".join(flavour.node_addresses[n] for n in names)
+                where = f" NodeHostname={hostlist(names)} NodeAddr={addresses} Port={ports}"
         lines.append(f"NodeName={hostlist(names)}{where} CPUs={sku.vcpus} RealMemory={memory_mb} "
                      f"Gres=gpu:{gpu_type}:{sku.gpus} Weight={block.id + 1} Feature={block_name(block.id)} "
                      f'State=DRAIN Reason="{PENDING_REASON}"')

@@ -8,6 +8,12 @@ at this config: nothing global is read or changed. The Debian build runs many sl
 (`slurmd -N <node>`), and auth/none needs no munge key.
 
 `up` is a clean start (`slurmctld -c`): every node comes back drained as "pending gates".
+
+Nodes can also live elsewhere than 127.0.0.1: given a `NodeHost` per node (its address and the
+command that enters it, e.g. `ip netns exec NS`), each slurmd runs inside its host with that
+address as its NodeAddr, and slurmctld is named by an address those hosts reach (a bridge's).
+That is how the rehearsal (tests/integration) runs one slurmd inside each network-namespace
+host, so `srun` really lands on the hosts the playbooks configured.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from infra.errors import PoolError
 from infra.plan.model import ClusterPlan
@@ -28,6 +36,15 @@ from infra.pool.slurm.conf import LocalFlavour, generate
 from infra.spec import ClusterSpec
 
 PORT_RANGE = (20000, 60000)
+
+
+@dataclass(frozen=True)
+class NodeHost:
+    """Where one node's slurmd runs: `address` becomes its NodeAddr, and slurmd is started as
+    `[*enter, "slurmd", "-N", node]` (e.g. `enter=("ip", "netns", "exec", NS)`)."""
+
+    address: str
+    enter: Sequence[str] = ()
 
 
 class LocalSlurm:
@@ -43,11 +60,14 @@ class LocalSlurm:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def up(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0, with_nodes: bool = True) -> float:
+    def up(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0, with_nodes: bool = True,
+           hosts: Mapping[str, NodeHost] | None = None, controller_address: str | None = None) -> float:
         """Start the cluster for this plan; return the seconds until every node answered.
 
         `with_nodes=False` starts slurmctld alone (the benchmark's 1,250-node configuration: its
-        nodes stay unresponsive, which admission does not need, and no 7 GB of slurmd run)."""
+        nodes stay unresponsive, which admission does not need, and no 7 GB of slurmd run).
+        `hosts`: every node's slurmd in its own host (see NodeHost), which reach slurmctld at
+        `controller_address` (an address of this machine; slurmctld listens on all of them)."""
         for tool in ("slurmctld", "slurmd", "sinfo", "scontrol"):
             if shutil.which(tool) is None:
                 raise PoolError(f"{tool} is not installed; {INSTALL_HINT}")
@@ -59,8 +79,16 @@ class LocalSlurm:
                 shutil.rmtree(path)
             path.mkdir(parents=True, exist_ok=True)
         nodes = [n.name for n in plan.nodes]
+        if hosts is not None:
+            missing = [n for n in nodes if n not in hosts]
+            if missing or not controller_address:
+                raise PoolError(f"slurmd in their own hosts need a host for every node (missing: "
+                                f"{', '.join(missing[:5]) or 'none'}) and the controller's address "
+                                f"(given: {controller_address or 'none'})")
         controller, first = free_ports(len(nodes) + 1)
-        flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first)
+        flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first,
+                               controller_address=controller_address if hosts is not None else None,
+                               node_addresses={n: hosts[n].address for n in nodes} if hosts is not None else None)
         config = generate(spec, plan, flavour, slurm_version())
         for name, text in config.files().items():
             (self.root / "etc" / name).write_text(text, encoding="utf-8")
@@ -75,7 +103,8 @@ class LocalSlurm:
             return time.monotonic() - started
         for name in nodes:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
-        procs = [subprocess.Popen(["slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL,
+        enter = {n: tuple(hosts[n].enter) for n in nodes} if hosts is not None else {n: () for n in nodes}
+        procs = [subprocess.Popen([*enter[name], "slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True) for name in nodes]
         failed = [(n, p.communicate()[1]) for n, p in zip(nodes, procs) if p.wait() != 0]
         if failed:
