@@ -318,6 +318,13 @@ class UpgradeConfig(_Model):
     max_unavailable_units: dict[str, int] = Field(default_factory=dict)
     max_unavailable_fraction: float = Field(default=0.1, gt=0, le=1)
     drain_timeout_s: float = Field(default=3600.0, gt=0)  # running work past this holds the group: it halts
+    # a pool that can evict (Kubernetes: the Eviction API, disruption budgets honoured) evicts the work still
+    # running this long into a drain; None: half of drainTimeoutS; at or past drainTimeoutS: never evicts
+    evict_after_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def eviction_after_s(self) -> float:
+        return self.evict_after_s if self.evict_after_s is not None else self.drain_timeout_s / 2
     # auto: reimage the nodes whose AMI is not the stack's pinned image.amiId, site.yml in place on the
     # rest; inplace: site.yml only (a new AMI reaches new instances only); reimage: as auto, but a
     # stack without a pinned image.amiId is refused instead of silently upgraded in place

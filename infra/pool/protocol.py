@@ -125,6 +125,36 @@ class Pool(Protocol):
     def launcher(self) -> Launcher: ...
 
 
+@dataclass(frozen=True)
+class Holder:
+    """Running work that keeps a slot from draining, named the way an operator looks it up."""
+
+    slot: str
+    workload: str  # Kubernetes: <namespace>/<Kueue Workload, else owner Kind/name, else pod/name>
+    pods: tuple[str, ...] = ()  # Kubernetes: the <namespace>/<pod> names holding GPUs on the slot's Node
+
+    def __str__(self) -> str:
+        return f"{self.workload} on {self.slot}"
+
+
+@runtime_checkable
+class Evicting(Protocol):
+    """What a pool that can end running work offers a drain (Kubernetes; optional, nothing else needs it).
+
+    `cordon`: mark the slots' nodes unschedulable (False: schedulable again); idempotent.
+    `holders`: the work holding the slots' GPUs now.
+    `evict`: ask every GPU pod on the slots to leave through the eviction API, honouring disruption
+    budgets: a refused eviction is tried again with backoff until `deadline_s`; returns what is still
+    refused then (pods already gone count as evicted).
+    """
+
+    def cordon(self, slots: Sequence[str], on: bool = True) -> None: ...
+
+    def holders(self, slots: Sequence[str]) -> list[Holder]: ...
+
+    def evict(self, slots: Sequence[str], deadline_s: float) -> list[Holder]: ...
+
+
 def record_digest(record: AdmissionRecord) -> str:
     """A stable digest of an admission record (what the pool attaches and the journal keeps)."""
     return "sha256:" + hashlib.sha256(record.model_dump_json().encode()).hexdigest()

@@ -26,7 +26,7 @@ from infra.errors import ConfigError, UsageError
 from infra.gates import versions as gate_versions
 from infra.gates.admission import AdmissionRecord
 from infra.gates.settings import GateSettings
-from infra.pool.protocol import NodeState, PendingNode
+from infra.pool.protocol import Evicting, NodeState, PendingNode
 from infra.durable import write_atomic
 from infra.rollout.orchestrator import Adapters
 from infra.rollout.ports import Executor, Instance
@@ -233,21 +233,40 @@ class Upgrader:
 
     def _drain(self, slots: Sequence[str]) -> list[str]:
         """Take the nodes out of new work (the pool's pending state: Slurm DRAIN, the gate taint), then
-        wait for their running work to end; returns the slots still busy at the deadline."""
-        d = self.d
+        wait for their running work to end. A pool that can evict (`Evicting`: Kubernetes) also cordons
+        them, and evicts what still runs `upgrade.evictAfterS` into the drain; it uncordons them at the
+        end, since the gates' own pods must schedule there (the gate taint keeps other work out).
+        Returns what still holds the nodes at the `drainTimeoutS` deadline: the holding workloads where
+        the pool can name them, else the busy slots."""
+        d, cfg = self.d, self.d.spec.upgrade
         pool = d.pool.state()
         d.pool.register_pending([PendingNode(slot=s, block=self.slots[s].block,
                                              partition=self.partition_of_block.get(self.slots[s].block),
                                              instance_id=pool.nodes[s].instance_id if s in pool.nodes else None)
                                  for s in slots])
-        deadline = self.monotonic() + d.spec.upgrade.drain_timeout_s
-        while True:
-            busy = [s for s in slots if (n := d.pool.state().get(s)) is not None and n.busy]
-            if not busy:
-                return []
-            if self.monotonic() >= deadline:
-                return busy
-            self.sleep(self.poll_s)
+        evicting = d.pool if isinstance(d.pool, Evicting) else None
+        start = self.monotonic()
+        deadline = start + cfg.drain_timeout_s
+        evict_at = start + cfg.eviction_after_s if evicting is not None else None
+        if evicting is not None:
+            evicting.cordon(slots)
+        try:
+            while True:
+                busy = [s for s in slots if (n := d.pool.state().get(s)) is not None and n.busy]
+                if not busy:
+                    return []
+                now = self.monotonic()
+                if evicting is not None and evict_at is not None and evict_at <= now < deadline:
+                    evict_at = None
+                    evicting.evict(busy, deadline - now)
+                    continue
+                if now >= deadline:
+                    named = [str(h) for h in evicting.holders(busy)] if evicting is not None else []
+                    return named or busy
+                self.sleep(self.poll_s)
+        finally:
+            if evicting is not None:
+                evicting.cordon(slots, on=False)
 
     def _instances(self, slots: Sequence[str]) -> list[Instance]:
         inventory = dict(self.d.adapters.provisioner.inventory())

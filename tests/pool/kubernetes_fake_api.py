@@ -5,9 +5,11 @@ correctness rests on both (slots are found by label; taints are a list a merge p
 whole, guarded by resourceVersion). This fake implements exactly what the adapter uses, with the
 API server's semantics: equality and set-based label selectors, paginated lists (limit/continue),
 RFC 7386 JSON merge patches with optimistic concurrency (a stale metadata.resourceVersion gets
-409), ConfigMaps, MPIJobs (an `on_mpijob` hook plays the MPI operator), pods and their logs. An
-injector answers chosen requests with 409, 429 (with Retry-After) or 5xx; every request and
-every patch body is recorded.
+409), ConfigMaps, MPIJobs (an `on_mpijob` hook plays the MPI operator), pods (listed by label or
+by field selector, e.g. `spec.nodeName`), their logs, and their Eviction subresource (policy/v1:
+the pod is marked for deletion; an `on_eviction` hook plays the kubelet ending it). An injector
+answers chosen requests with 409, 429 (with Retry-After) or 5xx; a disruption budget refusing an
+eviction is an injected 429. Every request, every patch body and every POST body is recorded.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class FakeKube:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     requests: list[tuple[str, str, int]] = field(default_factory=list)
     patches: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (path, content type, body)
+    posts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (path, body), whatever the answer
+    on_eviction: Callable[["FakeKube", str, str], None] | None = None  # (namespace, pod) once evicted
     on_mpijob: Callable[["FakeKube", dict[str, Any]], None] | None = None
     on_request: Callable[["FakeKube", str, str], None] | None = None  # (method, path), before it is served
     injected: list[Injected] = field(default_factory=list)
@@ -114,6 +118,24 @@ class FakeKube:
             spec["providerID"] = f"aws:///us-east-2a/{instance_id}"
         self.nodes[name] = {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
         return self.nodes[name]
+
+    def add_pod(self, namespace: str, name: str, node: str, gpus: int, *, workload: str | None = None,
+                owner: tuple[str, str] | None = None) -> dict[str, Any]:
+        """A running pod on `node` asking for `gpus` GPUs, admitted by Kueue (`workload`) or owned by a controller."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": self._bump(),
+                                "labels": {}, "annotations": {}}
+        if workload is not None:
+            meta["labels"]["kueue.x-k8s.io/queue-name"] = namespace
+            meta["annotations"]["kueue.x-k8s.io/workload"] = workload
+        if owner is not None:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner[0], "name": owner[1],
+                                        "uid": "0000", "controller": True}]
+        resources = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        self.pods[(namespace, name)] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                        "spec": {"nodeName": node, "containers": [
+                                            {"name": "main", "image": "train:1", "resources": resources}]},
+                                        "status": {"phase": "Running"}}
+        return self.pods[(namespace, name)]
 
     def fail(self, status: int, *, method: str | None = None, path: str | None = None, times: int = 1,
              retry_after: int | None = None) -> None:
@@ -147,6 +169,8 @@ class FakeKube:
                 self.on_request(self, method, path)
             if method == "PATCH":  # every patch sent, whatever the answer
                 self.patches.append((path, headers.get("Content-Type", ""), json.loads(body)))
+            if method == "POST":
+                self.posts.append((path, json.loads(body) if body else None))
             inj = self._injected(method, path)
             if inj is not None:
                 extra = {"Retry-After": str(inj.retry_after)} if inj.retry_after is not None else {}
@@ -193,6 +217,8 @@ class FakeKube:
                     return self._list([p for (n, _), p in self.pods.items() if n == ns], query)
                 if len(parts) == 7 and parts[6] == "log" and method == "GET":
                     return 200, self.logs.get((ns, parts[5]), ""), {"Content-Type": "text/plain"}
+                if len(parts) == 7 and parts[6] == "eviction" and method == "POST":
+                    return self._evict(ns, parts[5], body)
         if parts[:3] == ["apis", "kubeflow.org", "v2beta1"] and parts[5] == "mpijobs":
             ns = parts[4]
             if len(parts) == 6 and method == "POST":
@@ -212,6 +238,19 @@ class FakeKube:
             if method == "DELETE":
                 return 200, self.mpijobs.pop(key), {}
         return 404, _status(404, f"no route {method} {path}"), {}
+
+    def _evict(self, ns: str, name: str, body: dict[str, Any]):
+        if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1" or \
+                body.get("metadata", {}).get("name") != name:
+            return 400, _status(400, "not a policy/v1 Eviction of this pod"), {}
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            return 404, _status(404, f'pods "{name}" not found'), {}
+        pod["metadata"].setdefault("deletionTimestamp", "2026-11-30T12:00:00Z")
+        pod["metadata"]["resourceVersion"] = self._bump()
+        if self.on_eviction is not None:
+            self.on_eviction(self, ns, name)
+        return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, {}
 
     def _list(self, items, query):
         selector = parse_selector(query.get("labelSelector", ""))

@@ -1,5 +1,6 @@
-"""The Kubernetes pool: the `Pool` port over Node taints, labels and annotations, and a launcher
-that runs the gates' MPIJobs.
+"""The Kubernetes pool: the `Pool` port over Node taints, labels and annotations, a launcher
+that runs the gates' MPIJobs, and the `Evicting` port a drain uses (cordon, the workloads holding
+GPUs, eviction through the Eviction API).
 
 Every call reads the Node, asks `infra.pool.transitions` what the call means (refusals happen
 there, before any write), and sends the one merge patch `nodes.patch_for` computes, or nothing
@@ -26,8 +27,9 @@ from infra.pool import transitions
 from infra.pool.kubernetes import nodes as kn
 from infra.pool.kubernetes.api import KubeApi
 from infra.pool.kubernetes.manifests import SYSTEM_NAMESPACE
-from infra.pool.kubernetes.retry import Conflict
-from infra.pool.protocol import LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState, record_summary
+from infra.pool.kubernetes.retry import Answer, Conflict
+from infra.pool.protocol import (Holder, LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState,
+                                 record_summary)
 
 LEDGER = "gpufleet-slot-ledger"
 MAX_CONFLICTS = 20
@@ -143,11 +145,48 @@ class KubernetesPool:
 
     def node_names(self, slots: Sequence[str]) -> dict[str, str]:
         """slot -> Node name (what `kubernetes.io/hostname` says), for pinning pods to slots."""
+        return {s: kn.node_name(obj) for s, obj in self._nodes(slots).items()}
+
+    # --- draining (the optional `Evicting` port) ---------------------------------------------
+
+    def cordon(self, slots: Sequence[str], on: bool = True) -> None:
+        """Mark the slots' Nodes unschedulable (or schedulable again); a Node already so gets no request."""
+        for slot, obj in self._nodes(slots).items():
+            if bool((obj.get("spec") or {}).get("unschedulable", False)) != on:
+                self.api.cordon_node(kn.node_name(obj), on, slot)
+
+    def holders(self, slots: Sequence[str]) -> list[Holder]:
+        return [h for slot, obj in self._nodes(slots).items()
+                for h in kn.holders(slot, self.api.pods_on_node(kn.node_name(obj)))]
+
+    def evict(self, slots: Sequence[str], deadline_s: float) -> list[Holder]:
+        """Evict the GPU pods on the slots' Nodes, in rounds: a pod a PodDisruptionBudget protects now
+        (429) is asked again in the next round, after a jittered backoff, until `deadline_s`; what is
+        still refused then is returned. Pods already leaving are not asked again."""
+        policy = self.api.policy
+        start, attempt = policy.clock(), 0
+        while True:
+            refused: list[Holder] = []
+            for slot, obj in self._nodes(slots).items():
+                pods = [p for p in self.api.pods_on_node(kn.node_name(obj)) if not kn.leaving(p)]
+                stay = [p for p in pods if kn.holds_gpus(p)
+                        and not self.api.evict_pod(p["metadata"]["namespace"], p["metadata"]["name"], slot)]
+                refused += kn.holders(slot, stay)
+            if not refused:
+                return []
+            wait = policy.delay(attempt, Answer(status=429, detail="a disruption budget refuses the eviction"))
+            attempt += 1
+            if policy.clock() - start + wait > deadline_s:
+                return refused
+            policy.sleep(wait)
+
+    def _nodes(self, slots: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """slot -> its Node (the newest carrying the slot); a slot with none is an error."""
         found = self._by_slot(self.api.nodes_with_slots(kn.SLOT_LABEL, slots))
         missing = [s for s in slots if s not in found]
         if missing:
             raise PoolError(f"no Kubernetes Node carries the label {kn.SLOT_LABEL}={missing[0]}", node=missing[0])
-        return {s: kn.node_name(_newest_first(found[s])[0]) for s in slots}
+        return {s: _newest_first(found[s])[0] for s in slots}
 
     # --- nodes ------------------------------------------------------------------------------
 

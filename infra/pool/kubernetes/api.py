@@ -41,7 +41,7 @@ def _json(response: Any) -> Any:
 
 
 class KubeApi:
-    """Nodes, one ConfigMap, MPIJobs and pod logs; `calls` counts requests sent (retries included)."""
+    """Nodes, one ConfigMap, MPIJobs, pods (list, log, evict); `calls` counts requests sent (retries included)."""
 
     def __init__(self, api_client: client.ApiClient, policy: RetryPolicy | None = None) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -89,6 +89,36 @@ class KubeApi:
     def patch_node(self, name: str, patch: dict[str, Any], slot: str) -> dict[str, Any]:
         return _json(self._call(lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH,
                                                              _preload_content=False), f"patch node {name}", slot))
+
+    def cordon_node(self, name: str, on: bool, slot: str) -> dict[str, Any]:
+        """`spec.unschedulable` alone: a scalar the merge patch sets without touching anything else,
+        so it needs no resourceVersion guard (as `kubectl cordon`)."""
+        return self.patch_node(name, {"spec": {"unschedulable": on}}, slot)
+
+    def pods_on_node(self, name: str) -> list[dict[str, Any]]:
+        """The pods on one Node that have not finished, all namespaces (a field selector: one small list)."""
+        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        return _json(self._call(lambda: self.core.list_pod_for_all_namespaces(field_selector=selector,
+                                                                              _preload_content=False),
+                                f"list the pods on {name}")).get("items") or []
+
+    def evict_pod(self, namespace: str, name: str, slot: str) -> bool:
+        """Ask the pod to leave through the Eviction subresource (policy/v1), which honours
+        PodDisruptionBudgets. False: refused for now (429, a budget would be broken), for the caller
+        to ask again later; True: evicted, or already gone (404). 5xx and no answer retry by policy."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+
+        def evict() -> bool:
+            try:
+                self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 429:
+                    return False
+                if exc.status == 404:
+                    return True
+                raise
+            return True
+        return self._call(evict, f"evict pod {namespace}/{name}", slot)
 
     def pods_holding_nodes(self) -> Iterator[dict[str, Any]]:
         """Every pod that is not finished (pending ones may already hold a node's devices), all namespaces."""

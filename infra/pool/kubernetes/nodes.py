@@ -16,11 +16,11 @@ it was computed from: a concurrent change makes the server answer 409 instead of
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from infra.errors import PoolError
 from infra.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, PENDING_TAINT_VALUE, QUARANTINE_TAINT,
-                                 NodeState, PoolNode)
+                                 Holder, NodeState, PoolNode)
 
 SLOT_LABEL = "gpufleet.io/slot"
 STATE = "gpufleet.io/state"
@@ -35,6 +35,7 @@ REASON = "gpufleet.io/quarantine-reason"
 ANNOTATIONS = (STATE, FAILURES, PARTITION, BLOCK, INSTANCE, DIGEST, SUMMARY, REASON_CODE, REASON)
 LABELS = (PARTITION_LABEL, BLOCK_LABEL)
 MANAGED_TAINTS = (GATE_TAINT, QUARANTINE_TAINT)
+KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
 GATE = {"key": GATE_TAINT, "value": PENDING_TAINT_VALUE, "effect": "NoSchedule"}
 
 
@@ -113,6 +114,36 @@ def holds_gpus(pod: Mapping[str, Any]) -> str | None:
             if int(str((res.get(kind) or {}).get("nvidia.com/gpu", "0")) or 0) > 0:
                 return node
     return None
+
+
+def workload_of(pod: Mapping[str, Any]) -> str:
+    """Who a pod works for, as `<namespace>/<Kind>/<name>`: its Kueue Workload (the
+    `kueue.x-k8s.io/workload` annotation or label Kueue puts on the pods it admits), else its
+    controlling owner (Job, MPIJob, ...), else the pod itself."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace", "")
+    kueue = (meta.get("annotations") or {}).get(KUEUE_WORKLOAD) or (meta.get("labels") or {}).get(KUEUE_WORKLOAD)
+    if kueue:
+        return f"{ns}/Workload/{kueue}"
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    if owner is not None:
+        return f"{ns}/{owner['kind']}/{owner['name']}"
+    return f"{ns}/Pod/{meta.get('name', '')}"
+
+
+def holders(slot: str, pods: Sequence[Mapping[str, Any]]) -> list[Holder]:
+    """The work holding a slot's GPUs: its GPU pods grouped by what they work for, in name order."""
+    by_workload: dict[str, list[str]] = {}
+    for pod in pods:
+        if holds_gpus(pod):
+            meta = pod["metadata"]
+            by_workload.setdefault(workload_of(pod), []).append(f"{meta.get('namespace', '')}/{meta['name']}")
+    return [Holder(slot=slot, workload=w, pods=tuple(sorted(p))) for w, p in sorted(by_workload.items())]
+
+
+def leaving(pod: Mapping[str, Any]) -> bool:
+    """Already being deleted (evicted or deleted): it still holds its GPUs until it is gone."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _same_taints(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
