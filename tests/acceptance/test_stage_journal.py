@@ -12,8 +12,10 @@ import io
 import json
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
+import xmlschema
 
 from infra import catalog
 from infra.gates.admission import AdmissionRecord
@@ -35,6 +37,7 @@ SPEC = ClusterSpec.from_raw({
     "partitions": [{"name": "train", "mode": "data-parallel", "units": 6}],
     "rollout": {"canaryFraction": 0.25, "batchSize": 4}, "pool": {"type": "sim"}}, source="test")
 
+XSD = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "junit.xsd"
 OUTCOME_OK = {"stage": "storage", "verdict": "PASS", "passed": True, "reason_codes": [], "checks": []}
 OUTCOME_BAD = {"stage": "storage", "verdict": "QUARANTINE", "passed": False, "reason_codes": ["storage-write-slow"],
                "checks": []}
@@ -210,8 +213,9 @@ def test_healthy_stages_are_shown_with_their_figures_and_reported_with_floors(tm
         ("storage", "passed", "PASS", 1), ("network", "passed", "PASS", 1), ("smoke", "passed", "PASS", 1)]
     seq_write = next(c for c in rep.acceptance[0].checks if c.check_id == "storage.seq-write")
     assert seq_write.expected.startswith(">= ") and "MB/s" in seq_write.measured
-    junit_cases = [c for c in ET.fromstring(junit.render(doc)).iter("testcase")
-                   if c.get("classname", "").startswith("acceptance.")]
+    xml = junit.render(doc)
+    xmlschema.XMLSchema(str(XSD)).validate(xml)
+    junit_cases = [c for c in ET.fromstring(xml).iter("testcase") if c.get("classname", "").startswith("acceptance.")]
     assert len(junit_cases) == sum(len(a.checks) for a in rep.acceptance)
     assert all(c.find("failure") is None for c in junit_cases)
 
