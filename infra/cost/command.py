@@ -80,20 +80,22 @@ def read_jobs(spec: Any, project: Any, stack: str, window: Any) -> tuple[Any, li
 
             env["SLURM_CONF"] = str(LocalSlurm(local_slurm_root(project, stack)).conf_path)
         try:
-            jobs, skipped = SacctSource(env=env).jobs(window.start, window.end)
+            jobs, lines = SacctSource(env=env).jobs(window.start, window.end)
         except SacctError as exc:
             return None, [], [str(exc)]
-        return jobs, [f"line {s.line}: {s.why}" for s in skipped], []
+        return jobs, [f"line {s.line}: {s.why}" for s in lines], []
     from infra.cost.kueue import KubernetesWorkloads, KueueError, usages
     from infra.pool.factory import pool_for
+    from infra.pool.kubernetes.adapter import KubernetesPool
     from infra.pool.kubernetes.versions import KUEUE_API_VERSION
 
-    pool = pool_for(spec, project, stack)
+    pool = pool_for(spec, project, stack)  # the pool's own kubeconfig and context choice
+    assert isinstance(pool, KubernetesPool)
     try:
-        jobs, skipped = usages(KubernetesWorkloads(pool.api.custom.api_client, KUEUE_API_VERSION.split("/")[1]))
+        workloads, skipped = usages(KubernetesWorkloads(pool.api.custom.api_client, KUEUE_API_VERSION.split("/")[1]))
     except (KueueError, ValueError) as exc:
         return None, [], [f"Kueue: {exc}"]
-    return jobs, skipped, []
+    return workloads, skipped, []
 
 
 @click.command("cost")

@@ -1,6 +1,7 @@
 """Kueue Workloads read through the kubernetes client from the pool tests' fake API server (a
 Workloads route added here by subclassing it): pages followed, admitted workloads become usage
-with their GPUs, team and nodes, an API error is an error (the report then exits 1)."""
+with their GPUs, team and nodes, an API error is an error; `gpufleet cost` on a Kubernetes stack
+reads them through the kubeconfig in effect and exits 1 when the API fails."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
+from infra.cli import main
 from infra.cost.kueue import KubernetesWorkloads, KueueError, usages
 from infra.pool.kubernetes.versions import KUEUE_API_VERSION
-from tests.ops.test_cost_units import at, workload
+from tests.ops.cost_helpers import at, project_with_stack, workload
 from tests.pool.kubernetes_fake_api import FakeApiServer, FakeKube
 
 WORKLOADS_PATH = f"/apis/{KUEUE_API_VERSION}/workloads"
@@ -60,3 +64,27 @@ def test_an_api_error_listing_workloads_is_an_error_not_an_empty_list(server) ->
     server.kube.fail(503, path=WORKLOADS_PATH, times=10)
     with pytest.raises(KueueError, match="503"):
         usages(_source(server))
+
+
+def _kubeconfig(path, url: str) -> str:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}]}))
+    return str(path)
+
+
+def test_the_cost_command_reads_a_kubernetes_stacks_workloads(server, tmp_path) -> None:
+    project = project_with_stack(tmp_path / "project", "k8s", price=80.0, pool="kubernetes")
+    env = {"KUBECONFIG": _kubeconfig(tmp_path / "kubeconfig", server.url)}
+    args = ["--project", str(project), "cost", "-s", "k8s", "--since", "2026-10-31", "--until", "2026-11-02",
+            "--format", "json"]
+    result = CliRunner(env=env).invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = yaml.safe_load((project / "reports" / "k8s" / "cost.json").read_text())
+    assert {g["name"]: g["gpu_hours"] for g in report["by_team"]} == {"debug": 4 * 23, "vision": 16 * 2}  # running: clipped at --until
+    assert "no rollout journal" in report["idle_unavailable"]  # never rolled out: idle units unknown, not zero
+    server.kube.fail(500, path=WORKLOADS_PATH, times=10)
+    failed = CliRunner(env=env).invoke(main, args)
+    assert failed.exit_code == 1 and "Kueue" in failed.output, failed.output

@@ -9,23 +9,20 @@ the cluster is its own because that one has no slurmd (its jobs never run)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from infra.cli import main
+from tests.ops.cost_helpers import project_with_stack
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _wait
-from tests.pool.conftest import small_spec
 
 CLUSTER = "gpufleetcost"
 PRICE = 80.0
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -108,18 +105,6 @@ def _sacct(env: dict[str, str], fmt: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if line]
 
 
-def _project(tmp_path: Path, name: str) -> Path:
-    """A project whose stack runs a (non-simulated) Slurm pool with the test's partitions and a price."""
-    raw = small_spec().model_dump(by_alias=True, mode="json", exclude_none=True)
-    raw.pop("simulator", None)
-    raw["cost"] = {"pricePerInstanceHour": PRICE}
-    (tmp_path / "stacks").mkdir(parents=True)
-    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    (tmp_path / "stacks" / f"Pulumi.{name}.yaml").write_text(
-        yaml.safe_dump({"config": {f"gpufleet:{k}": v for k, v in raw.items()}}, sort_keys=False))
-    return tmp_path
-
-
 def _cost(project: Path, env: dict[str, str], *args: str):
     return CliRunner(env={"SLURM_CONF": env["SLURM_CONF"]}).invoke(
         main, ["--project", str(project), "cost", "-s", "acct", "--since", "1h", "--format", "json,md", *args])
@@ -143,7 +128,7 @@ def test_sacct_feeds_the_cost_report_per_team_and_partition(slurm: dict[str, str
         # what sacct itself says each finished job held: ElapsedRaw seconds x its gres/gpu
         truth = {r[0]: int(r[1]) * int(r[2].split("gres/gpu=")[1].split(",")[0]) / 3600
                  for r in _sacct(slurm, "JobID,ElapsedRaw,AllocTRES") if r[0] in done}
-        result = _cost(project := _project(tmp_path, "acct"), slurm)
+        result = _cost(project := project_with_stack(tmp_path, "acct", price=PRICE), slurm)
         assert result.exit_code == 0, result.output
         report = json.loads((project / "reports" / "acct" / "cost.json").read_text())
         jobs = {j["job_id"]: j for j in report["jobs"]}
@@ -169,7 +154,7 @@ def test_slurmdbd_out_of_reach_makes_the_report_say_so_and_exit_1(slurm: dict[st
     down = tmp_path / "down"
     down.mkdir()
     (down / "slurm.conf").write_text(conf.replace(f"AccountingStoragePort={port}", f"AccountingStoragePort={_free_port()}"))
-    result = _cost(project := _project(tmp_path / "p", "acct"), dict(slurm, SLURM_CONF=str(down / "slurm.conf")))
+    result = _cost(project := project_with_stack(tmp_path / "p", "acct", price=PRICE), dict(slurm, SLURM_CONF=str(down / "slurm.conf")))
     assert result.exit_code == 1, result.output
     assert "Slurm accounting unreachable" in result.output
     report = json.loads((project / "reports" / "acct" / "cost.json").read_text())

@@ -21,18 +21,8 @@ from infra.cost.report import UnitNodes, build, idle_units
 from infra.cost.usage import JobUsage, Window, gpu_hours, held, parse_when
 from infra.reports.write import write_report
 from infra.spec import ClusterSpec
+from tests.ops.cost_helpers import at, s, workload
 from tests.pool.conftest import small_spec
-
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-
-
-def at(hours: float) -> datetime:
-    return T0 + timedelta(hours=hours)
-
-
-def s(hours: float) -> float:
-    return at(hours).timestamp()
-
 
 # --- intervals: each operation against a per-second brute force -------------------------------
 
@@ -179,27 +169,6 @@ def test_price_follows_the_capacity_basis_the_override_and_says_what_to_set_when
 
 
 # --- Kueue Workloads --------------------------------------------------------------------------
-
-def workload(name: str, ns: str = "train", *, admitted: str | None = "2026-11-01T01:00:00Z", finished: str | None = None,
-             count: int = 2, gpus: str = "8", admitted_count: int | None = None, hosts: tuple[str, ...] = (),
-             team: str | None = None, admitted_status: str = "True") -> dict:
-    conds = []
-    if admitted:
-        conds.append({"type": "Admitted", "status": admitted_status, "lastTransitionTime": admitted, "reason": "Admitted"})
-    if finished:
-        conds.append({"type": "Finished", "status": "True", "lastTransitionTime": finished})
-    assignment = {"name": "main", "count": admitted_count if admitted_count is not None else count,
-                  "flavors": {"nvidia.com/gpu": "p5-48xlarge"}}
-    if hosts:
-        assignment["topologyAssignment"] = {"levels": ["node-restriction.kubernetes.io/gpufleet-block", "kubernetes.io/hostname"],
-                                            "domains": [{"values": ["b0", h], "count": 1} for h in hosts]}
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": name, "namespace": ns, "labels": {"gpufleet.io/team": team} if team else {}},
-            "spec": {"queueName": ns, "podSets": [{"name": "main", "count": count, "template": {"spec": {"containers": [
-                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}]},
-            "status": {"conditions": conds, **({"admission": {"clusterQueue": ns, "podSetAssignments": [assignment]}}
-                                                if admitted else {})}}
-
 
 def test_admitted_workloads_hold_their_admitted_pods_gpus_from_admission_to_finish() -> None:
     u = kueue.to_usage(workload("a", finished="2026-11-01T03:00:00Z", admitted_count=1, hosts=("n1", "n2"), team="vision"))
