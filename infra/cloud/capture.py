@@ -133,6 +133,7 @@ class RecordingMonitor(pmocks.MockMonitor):
         registered = self.resources[response.urn]
         inputs = rpc.deserialize_properties(request.object)
         options = {"protect": bool(request.protect), "ignoreChanges": list(request.ignoreChanges),
+                   "deleteBeforeReplace": bool(request.deleteBeforeReplace),
                    "dependsOn": sorted(request.dependencies), "custom": bool(request.custom)}
         outputs = {**_plain(registered.state), "id": registered.id} if request.custom else _plain(registered.state)
         self.registrations.append(Registration(request.type, request.name, _plain(inputs), outputs,

@@ -16,7 +16,7 @@ import pulumi_aws as aws
 
 from infra.catalog import InstanceType
 from infra import tagging as t
-from infra.cloud.staging import FROZEN_PROPERTIES, StagedSlot
+from infra.cloud.staging import StagedSlot
 from infra.plan.model import ClusterPlan
 from infra.spec import CapacityType, ClusterSpec
 
@@ -112,7 +112,8 @@ class Compute(pulumi.ComponentResource):
                             capacity_reservation_id=reservation)) if reservation else None),
                 tags=t.node_tags(tags, slot),
                 opts=pulumi.ResourceOptions(parent=self, protect=slot.protected,
-                                            ignore_changes=FROZEN_PROPERTIES if slot.existing else None))
+                                            ignore_changes=slot.frozen_properties,
+                                            delete_before_replace=slot.reimage))
         self.register_outputs({"placementGroup": self.placement_group.name,
                                "launchTemplateId": self.launch_template.id, "instances": len(self.instances)})
 

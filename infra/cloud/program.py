@@ -113,7 +113,7 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     recorded = recorded_deployment(own_stack_name(), name, plan.nodes)
     layout = layout_settings(spec)
     staging = resolve_staging(plan.nodes, len(plan.batches), spec.rollout.target_batch, recorded,
-                              spec.rollout.allow_shrink, layout)
+                              spec.rollout.allow_shrink, layout).with_images(spec.image.slot_amis, plan.nodes)
     tags = t.base_tags(stack, name)
     provider = aws.Provider("aws", region=spec.cluster.region,
                             default_tags=aws.ProviderDefaultTagsArgs(tags=tags))
@@ -137,11 +137,11 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     if slurm_pool:
         slurm = SlurmController(f"{name}-slurm", stack, spec, plan, network, tags, opts=opts)
     ami = resolve_ami(spec)
-    # Existing slots keep the image they were deployed with; only new slots get the current one.
+    # Existing slots keep the image they were deployed with, new slots get the current one; a slot
+    # named in image.slotAmis boots its override (a reimage upgrade moves groups this way).
     compute = Compute(f"{name}-compute", spec, plan, staging.slots, network.compute_subnet.id,
                       [network.efa_sg.id, network.node_sg.id], identity.instance_profile.arn, ami,
-                      lambda slot: (slot.ami or ami) if slot.existing else ami, _user_data(stack, eks), tags,
-                      opts=opts)
+                      lambda slot: slot.ami or ami, _user_data(stack, eks), tags, opts=opts)
     deployment = pulumi.Output.from_input(ami).apply(
         lambda current: encode_deployment(staging.deployment(name, layout, current)))
     return Cluster(plan=plan, network=network, storage=storage, identity=identity, eks=eks, slurm=slurm,

@@ -26,7 +26,7 @@ the current plan's batches up to that count (upgrade with the layout unchanged f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from infra.errors import ConfigError
@@ -39,6 +39,8 @@ DEPLOYED_OUTPUT = "deployedBatches"  # kept: the preview shows it and stacks dep
 LEGACY_IMAGES_OUTPUT = "batchImages"  # read only, from stacks deployed before deployedSlots: {batch: AMI id}
 SLOTS_FORMAT = 1
 FROZEN_PROPERTIES = ["ami", "user_data", "launch_template"]
+REIMAGE_PROPERTIES = ("ami", "launch_template")  # what a reimaged slot takes from the program again
+SLOT_AMIS_FIELD = "gpufleet:image.slotAmis"
 SHRINK_ADVICE = ("rollout.allowShrink: true, after `pulumi state unprotect` of those instances; "
                  "or restore the settings they were deployed with")
 
@@ -68,18 +70,31 @@ class Deployment:
 
 @dataclass(frozen=True)
 class StagedSlot:
-    """A slot that has an instance after this update. `existing`: recorded, so protected and frozen."""
+    """A slot that has an instance after this update. `existing`: recorded, so protected and frozen.
+
+    `reimage`: an existing slot whose `image.slotAmis` override names another AMI than the one it
+    was deployed with. Only such a slot is unprotected and lets its image and launch template
+    change, so the engine replaces its instance (deleting first: a reserved or capacity-block
+    fleet has no room for a second instance); every other slot stays frozen as it was."""
 
     name: str
     index: int
     block: int
     batch: int
     existing: bool
-    ami: str | None = None  # the recorded AMI of an existing slot; new slots get the stack's current one
+    ami: str | None = None  # recorded AMI of an existing slot, or its override; None: the stack's current one
+    reimage: bool = False
 
     @property
     def protected(self) -> bool:
-        return self.existing
+        return self.existing and not self.reimage
+
+    @property
+    def frozen_properties(self) -> list[str] | None:
+        """The instance properties the engine must not diff (`ignore_changes`)."""
+        if not self.existing:
+            return None
+        return [p for p in FROZEN_PROPERTIES if p not in REIMAGE_PROPERTIES] if self.reimage else FROZEN_PROPERTIES
 
 
 @dataclass(frozen=True)
@@ -91,8 +106,25 @@ class Staging:
     def deployment(self, cluster: str, layout: Mapping[str, Any], current_ami: str | None) -> Deployment:
         """What to record for the next update: every slot that has an instance after this one."""
         return Deployment(cluster=cluster, batches=self.active, layout=dict(layout), slots=tuple(
-            SlotRecord(index=s.index, block=s.block, batch=s.batch, ami=s.ami if s.existing else current_ami)
+            SlotRecord(index=s.index, block=s.block, batch=s.batch,
+                       ami=s.ami if s.existing or s.ami is not None else current_ami)
             for s in self.slots))
+
+    def with_images(self, overrides: Mapping[str, str], plan_slots: Sequence[NodeSlot]) -> "Staging":
+        """Apply `image.slotAmis`: each named slot boots its override AMI; a deployed slot whose
+        recorded AMI differs is marked for reimage. A name outside the plan is refused (a typo
+        would otherwise leave the slot on its old image without a word)."""
+        planned = {s.name for s in plan_slots}
+        unknown = sorted(set(overrides) - planned)
+        if unknown:
+            raise ConfigError(f"image.slotAmis names {len(unknown)} slot(s) that are not in the plan: "
+                              f"{', '.join(unknown[:5])}", field=f"{SLOT_AMIS_FIELD}.{unknown[0]}",
+                              expected=f"slot names of this stack's plan, such as {plan_slots[0].name}"
+                              if plan_slots else "slot names of this stack's plan")
+        slots = tuple(s if s.name not in overrides else
+                      replace(s, ami=overrides[s.name], reimage=s.existing and s.ami != overrides[s.name])
+                      for s in self.slots)
+        return replace(self, slots=slots)
 
 
 def layout_settings(spec: ClusterSpec) -> dict[str, Any]:

@@ -20,6 +20,13 @@ stack's claim on it), then runs an `up --target` on the slot's URN: the program 
 slot again and the engine creates a new instance with the same name. Every step is safe to run
 again after a crash: the state is the truth, and a slot with no instance in it is just created.
 
+`reimage(slots, ami)` moves live slots to another image the program's own way: it sets the
+per-slot override `gpufleet:image.slotAmis["<slot>"]` for the slots not yet on `ami` (one
+path-aware `config set-all`), then runs an `up --target` on their URNs; the program unprotects
+exactly those instances and lets their image change, so the engine deletes each and creates its
+replacement from `ami`, and every other slot stays as it is. A slot the state already shows on
+`ami` is neither set nor targeted again, which makes a repeated call (a resumed upgrade) a no-op.
+
 Updates are serialized by a lock: the orchestrator provisions the next batch in a worker thread
 while it replaces nodes of the current one, and Pulumi allows one update at a time.
 """
@@ -29,21 +36,23 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from infra import tagging as t
-from infra.errors import ProvisioningError
+from infra.errors import ConfigError, ProvisioningError
 from infra.plan.model import NodeSlot
 from infra.project import Project
 from infra.rollout.ports import Instance, ProvisionResult, ReplaceAction
-from infra.spec import ClusterSpec
+from infra.spec import AMI_PATTERN, ClusterSpec
 
 log = logging.getLogger(__name__)
 
 TARGET_KEY = "gpufleet:rollout.targetBatch"
+SLOT_AMIS_KEY = "gpufleet:image.slotAmis"  # + ["<slot>"], path-aware: the stack's image key stays one object
 NODES_OUTPUT = "nodes"
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
 NODE_PARENT_TYPE = "gpufleet:compute:Compute"  # the Compute component parents every GPU instance
@@ -152,6 +161,23 @@ def nodes_from_output(value: Any) -> dict[str, Instance]:
     return out
 
 
+def slot_ami_key(slot: str) -> str:
+    """The `config set --path` key of one slot's image override (quoted: slot names hold dashes)."""
+    return f'{SLOT_AMIS_KEY}["{slot}"]'
+
+
+def images_from_state(deployment: Mapping[str, Any]) -> dict[str, str | None]:
+    """slot -> the `ami` of its GPU node instance in a `pulumi stack export` document."""
+    out: dict[str, str | None] = {}
+    for res in (deployment.get("deployment") or {}).get("resources") or []:
+        if res.get("type") == INSTANCE_TYPE and not res.get("delete"):
+            outputs = res.get("outputs") or {}
+            node = instance_from_state({**outputs, "id": res.get("id")})
+            if node is not None:
+                out[node.slot] = outputs.get("ami")
+    return out
+
+
 def nodes_from_state(deployment: Mapping[str, Any]) -> dict[str, Instance]:
     """GPU node instances in a `pulumi stack export` document, by slot."""
     out: dict[str, Instance] = {}
@@ -255,6 +281,40 @@ class PulumiProvisioner:
         """Read-only, so not serialized: `stack export` reads the last checkpoint, even mid-update."""
         return self._state_nodes()
 
+    # -- infra.upgrade.reimage.Reimager -------------------------------------------------------------
+
+    def images(self) -> Mapping[str, str | None]:
+        """slot -> the AMI its instance was launched from, as the state records it."""
+        return images_from_state(self._export())
+
+    def reimage(self, slots: Sequence[NodeSlot], ami: str) -> ProvisionResult:
+        if not re.fullmatch(AMI_PATTERN, ami):
+            raise ConfigError(f"{ami!r} is not an AMI id", field=SLOT_AMIS_KEY, expected="ami- and 8-17 hex digits")
+        from pulumi import automation as auto
+
+        with self._lock:
+            started = self._clock()
+            state = self._export()
+            todo = [s for s in slots if images_from_state(state).get(s.name) != ami]
+            if todo:
+                self.stack.set_all_config({slot_ami_key(s.name): auto.ConfigValue(value=ami) for s in todo}, path=True)
+                digest, failure, _ = self._up(target=[self.instance_urn(s.name) for s in todo])
+                state = self._export()
+                images = images_from_state(state)
+                behind = [s.name for s in todo if images.get(s.name) != ami]
+                if behind:
+                    why = (digest.slot_errors().get(behind[0]) or digest.error_text() or
+                           (str(failure) if failure else "the update left them on their old image"))
+                    raise ProvisioningError(f"{len(behind)} slot(s) not on {ami} after the update "
+                                            f"({', '.join(behind[:5])}): {_tail(why)}",
+                                            retryable=classify(why) is not None, slots=tuple(behind))
+            have = nodes_from_state(state)
+            missing = [s.name for s in slots if s.name not in have]
+            if missing:
+                raise ProvisioningError(f"no instance in slot(s) {', '.join(missing[:5])}", slots=tuple(missing))
+            return ProvisionResult(instances={s.name: have[s.name] for s in slots},
+                                   duration_s=self._clock() - started if todo else 0.0)
+
     def outputs(self) -> dict[str, Any]:
         """The stack's outputs as of its last update (`bucket`, `slurmControllerIp`, ...), plain values.
         Read-only like `inventory`: the configure stage reads them after its batch's update."""
@@ -326,10 +386,13 @@ class PulumiProvisioner:
         return ProvisionResult(instances=instances, shortfall=shortfall, duration_s=seconds)
 
     def _state_nodes(self) -> dict[str, Instance]:
-        """GPU nodes in the stack's state. Exported without --show-secrets: secrets stay encrypted
-        (the Automation API's export_stack always shows them, hence the plain CLI call)."""
+        return nodes_from_state(self._export())
+
+    def _export(self) -> dict[str, Any]:
+        """The stack's state. Exported without --show-secrets: secrets stay encrypted (the
+        Automation API's export_stack always shows them, hence the plain CLI call)."""
         result = self.stack._run_pulumi_cmd_sync(["stack", "export"])
-        return nodes_from_state(json.loads(result.stdout))
+        return json.loads(result.stdout)
 
     def _take_out_of_service(self, old: Instance, action: ReplaceAction, reason: str | None) -> None:
         ec2 = self._ec2()

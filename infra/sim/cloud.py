@@ -25,7 +25,7 @@ from infra.sim import world as W
 from infra.sim.clock import VirtualClock
 from infra.sim.executor import SimExecutor
 from infra.sim.fabric import SimLauncher
-from infra.sim.installed import INSTALLED_FILE, VERSION_FAULTS_FILE, Installed, VersionFaults
+from infra.sim.installed import IMAGES_FILE, INSTALLED_FILE, VERSION_FAULTS_FILE, Installed, SimImages, VersionFaults
 from infra.sim.late import LATE_FILE, LateFaults
 from infra.sim.faults import FaultPlan, Truth, active_faults, check_image_faults, jitter, place_faults
 from infra.sim.provisioner import SimProvisioner
@@ -59,7 +59,7 @@ def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict
     out = {}
     for r in cap.of_type(INSTANCE_TYPE):
         if r.name in slots:  # GPU nodes only (a Slurm head node is an instance too)
-            out[r.name] = {"instance_id": r.outputs["id"], "private_ip": r.outputs["privateIp"]}
+            out[r.name] = {"instance_id": r.outputs["id"], "private_ip": r.outputs["privateIp"], "ami": r.inputs["ami"]}
     missing = [s.name for s in plan.nodes if s.name not in out]
     if missing:
         raise ProvisioningError(f"the Pulumi program registered no instance for {len(missing)} slot(s) "
@@ -70,7 +70,8 @@ def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict
 def program_cache_key(spec: ClusterSpec, stack: str) -> str:
     """What the captured instances depend on: the stack, its spec (the simulator's own settings
     aside: the program never reads them), the code version."""
-    return W.cache_key(stack, spec.model_dump_json(by_alias=True, exclude={"simulator"}), infra.__version__)
+    return W.cache_key(stack, spec.model_dump_json(by_alias=True, exclude={"simulator"}), infra.__version__,
+                       "with-ami")
 
 
 def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, project: Project, stack: str) -> None:
@@ -105,6 +106,7 @@ class SimulatedCloud:
         self.late = LateFaults(self.dir / LATE_FILE)
         self.installed = Installed(self.dir / INSTALLED_FILE)  # per instance: what its last configure installed
         self.version_faults = VersionFaults(self.dir / VERSION_FAULTS_FILE)
+        self.images = SimImages(self.dir / IMAGES_FILE)  # what each AMI the program hands out carries
         self.faults = faults
         self.slots: dict[str, NodeSlot] = {s.name: s for s in plan.nodes}
         self.bom = bom
@@ -114,6 +116,8 @@ class SimulatedCloud:
         self._subnet = ipaddress.IPv4Network(plan.network.compute.cidr)
         self._last_planned_ip = max(int(ipaddress.IPv4Address(p["private_ip"])) for p in program.values())
         self._versions_key = versions_key(self.versions)
+        for ami in sorted({p["ami"] for p in program.values() if p.get("ami")}):
+            self.images.register(ami, bom.digest(), self.versions)  # built from the stack's BOM
         self.provisioner = SimProvisioner(self)
         self.executor = SimExecutor(self)
         self.launcher = SimLauncher(self)
@@ -149,17 +153,20 @@ class SimulatedCloud:
     # ---- identities
     def first_instance(self, slot: NodeSlot) -> W.SimInstance:
         p = self.program[slot.name]
-        return W.SimInstance(slot.name, p["instance_id"], p["private_ip"], slot.batch, slot.block, 0)
+        return W.SimInstance(slot.name, p["instance_id"], p["private_ip"], slot.batch, slot.block, 0, ami=p.get("ami"))
 
-    def replacement_instance(self, slot: NodeSlot, generation: int) -> W.SimInstance:
+    def replacement_instance(self, slot: NodeSlot, generation: int, ami: str | None = None,
+                             ahead: int = 0) -> W.SimInstance:
         """A deterministic new id; the IP is the next free address of the compute subnet after the
-        highest one the program gave a planned slot, one per replacement in ledger order."""
-        offset = self._last_planned_ip + 1 + self.ledger.replacements()
+        highest one the program gave a planned slot, one per replacement or reimage in ledger order
+        (`ahead`: relaunches of the same call not in the ledger yet)."""
+        offset = self._last_planned_ip + 1 + self.ledger.relaunches() + ahead
         if offset >= int(self._subnet.broadcast_address):
             raise ProvisioningError(f"the compute subnet {self._subnet} has no address left for a replacement "
                                     f"of {slot.name}")
         iid = "i-" + W.cache_key(self.stack, slot.name, str(generation))[:17]
-        return W.SimInstance(slot.name, iid, str(ipaddress.IPv4Address(offset)), slot.batch, slot.block, generation)
+        return W.SimInstance(slot.name, iid, str(ipaddress.IPv4Address(offset)), slot.batch, slot.block, generation,
+                             ami=ami)
 
     def profile(self, inst: W.SimInstance) -> NodeProfile:
         seeded = self.faults.fault_of(inst.slot, inst.generation)

@@ -5,6 +5,10 @@ for the fleet: each instance reports what its last `configure` installed (the st
 rollout, the upgrade's target or the recorded previous BOM for an upgrade or a rollback). An
 instance never configured through this record reports the cloud's BOM, as before.
 
+`SimImages` is what each image (AMI) carries: the BOM it was built from. An AMI is immutable, so
+its first registration stands; a reimaged instance boots with that BOM's versions installed
+before any configure runs (a rollback by reimage boots the previous image's versions).
+
 `VersionFaults` is the simulator's knob for a bad release: a component version (e.g. an NCCL whose
 ring algorithm regressed) multiplies the bandwidth of every node running it, so the upgrade's
 comparison with the group's previous baselines has something real to catch. Both live under
@@ -20,6 +24,7 @@ from typing import Mapping
 from infra.sim.world import read_json, write_atomic
 
 INSTALLED_FILE = "installed.json"
+IMAGES_FILE = "images.json"
 VERSION_FAULTS_FILE = "version-faults.json"
 
 
@@ -47,6 +52,27 @@ class Installed:
         if changed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, json.dumps(self.by_instance, sort_keys=True))
+
+
+class SimImages:
+    """AMI id -> {bom_digest, versions}: the simulated image catalogue."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        raw = read_json(path)
+        self.by_ami: dict[str, dict] = raw if isinstance(raw, dict) else {}
+
+    def of(self, ami: str) -> dict | None:
+        entry = self.by_ami.get(ami)
+        return {"bom_digest": entry["bom_digest"], "versions": dict(entry["versions"])} if entry else None
+
+    def register(self, ami: str, bom_digest: str, versions: Mapping[str, str]) -> None:
+        """Record what `ami` carries unless it is known already (an image never changes)."""
+        if ami in self.by_ami:
+            return
+        self.by_ami[ami] = {"bom_digest": bom_digest, "versions": dict(sorted(versions.items()))}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(self.by_ami, sort_keys=True))
 
 
 class VersionFaults:

@@ -6,6 +6,11 @@ requested slots' instances; a slot that already has an instance is returned, nev
 A configured capacity shortfall leaves the last slots of one batch without an instance for the
 first calls (InsufficientInstanceCapacity), then capacity frees up. Every effect is in the ledger
 before the call returns.
+
+Images: a slot's first instance boots the AMI the real program gives it; a replacement boots the
+image of the instance it replaces (as `pulumi up` after `state delete` does: the slot keeps its
+recorded AMI); `reimage(slots, ami)` is what setting `image.slotAmis` and a targeted `up` do: the
+old instance terminated, a new one launched from `ami` with that image's versions installed.
 """
 
 from __future__ import annotations
@@ -77,7 +82,8 @@ class SimProvisioner:
             return port_instance(old)
         newest = c.ledger.newest_generation(slot.name)
         generation = 0 if newest is None else newest + 1
-        new = c.first_instance(slot) if generation == 0 else c.replacement_instance(slot, generation)
+        new = (c.first_instance(slot) if generation == 0 else
+               c.replacement_instance(slot, generation, ami=c.ledger.image(slot.name)))
         events = []
         if old is not None:
             events.append({"event": "stop" if action == "stop-and-report" else "terminate", "slot": slot.name,
@@ -89,7 +95,46 @@ class SimProvisioner:
     def inventory(self) -> Mapping[str, Instance]:
         return {slot: port_instance(i) for slot, i in sorted(self.cloud.ledger.current().items())}
 
+    # -- infra.upgrade.reimage.Reimager
+
+    def images(self) -> Mapping[str, str | None]:
+        """slot -> the AMI its running instance booted."""
+        return {slot: i.ami for slot, i in sorted(self.cloud.ledger.current().items())}
+
+    def reimage(self, slots: Sequence[NodeSlot], ami: str) -> ProvisionResult:
+        """Replace each slot's instance with one booted from `ami`. A slot already running `ami` is
+        left alone (a resumed caller repeating itself never reimages twice); an AMI the catalogue
+        does not know is EC2's InvalidAMIID.NotFound, before anything is touched."""
+        c = self.cloud
+        image = c.images.of(ami)
+        if image is None:
+            raise ProvisioningError(f"InvalidAMIID.NotFound: The image id '[{ami}]' does not exist",
+                                    slots=tuple(s.name for s in slots))
+        unknown = [s.name for s in slots if s.name not in c.slots]
+        if unknown:
+            raise ProvisioningError(f"slot(s) not in the plan: {', '.join(unknown[:5])}")
+        current = c.ledger.current()
+        events: list[dict] = []
+        launched: list[SimInstance] = []
+        for slot in slots:
+            old = current.get(slot.name)
+            if old is not None and old.ami == ami:
+                continue
+            newest = c.ledger.newest_generation(slot.name)
+            new = c.replacement_instance(slot, 0 if newest is None else newest + 1, ami=ami, ahead=len(launched))
+            if old is not None:
+                events.append({"event": "terminate", "slot": slot.name, "instance_id": old.instance_id})
+            events.append(_launch(new, "reimage"))
+            launched.append(new)
+        # what the image carries is on the new instances before the ledger says they exist
+        c.installed.record([i.instance_id for i in launched], image["bom_digest"], image["versions"])
+        c.ledger.append(events)
+        now = c.ledger.current()
+        d = c.config.durations
+        return ProvisionResult(instances={s.name: port_instance(now[s.name]) for s in slots},
+                               duration_s=d.provision_api + d.boot if launched else 0.0)
+
 
 def _launch(inst: SimInstance, by: str) -> dict:
     return {"event": "launch", "slot": inst.slot, "instance_id": inst.instance_id, "private_ip": inst.private_ip,
-            "batch": inst.batch, "block": inst.block, "generation": inst.generation, "by": by}
+            "batch": inst.batch, "block": inst.block, "generation": inst.generation, "ami": inst.ami, "by": by}

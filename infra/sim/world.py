@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -34,16 +34,18 @@ class SimInstance:
     private_ip: str
     batch: int
     block: int
-    generation: int  # 0: the slot's first instance; each replacement adds one
+    generation: int  # 0: the slot's first instance; each replacement or reimage adds one
     state: str = "running"  # running | stopped | terminated
+    ami: str | None = None  # the image it booted (None: launched before the simulator kept images)
 
 
 class Ledger:
     """Append-only JSONL of what the simulated cloud did; one fsync'd line per effect.
 
-    Events: `launch` (slot, instance_id, private_ip, batch, block, generation, by: provision|replace),
-    `stop` / `terminate` (slot, instance_id), `shortfall` (slot, batch). A torn last line (a kill
-    mid-write) is cut off on open: that effect never reached anyone.
+    Events: `launch` (slot, instance_id, private_ip, batch, block, generation, ami,
+    by: provision|replace|reimage), `stop` / `terminate` (slot, instance_id), `shortfall` (slot,
+    batch). A reimage is a `terminate` of the slot's instance and a `launch` from the new image. A
+    torn last line (a kill mid-write) is cut off on open: that effect never reached anyone.
     """
 
     def __init__(self, path: Path) -> None:
@@ -53,7 +55,9 @@ class Ledger:
         self._current: dict[str, SimInstance] = {}
         self._shortfalls: dict[str, int] = {}
         self._replacements = 0
+        self._relaunches = 0  # replacements and reimages: each took a fresh address
         self._generation: dict[str, int] = {}  # slot -> its newest instance's generation
+        self._image: dict[str, str | None] = {}  # slot -> the image its newest instance booted
         self._recover()
 
     def _recover(self) -> None:
@@ -80,16 +84,17 @@ class Ledger:
         self.events.append(e)
         kind = e["event"]
         if kind == "launch":
-            inst = SimInstance(e["slot"], e["instance_id"], e["private_ip"], e["batch"], e["block"], e["generation"])
+            inst = SimInstance(e["slot"], e["instance_id"], e["private_ip"], e["batch"], e["block"], e["generation"],
+                               ami=e.get("ami"))
             self._instances[inst.instance_id] = inst
             self._current[inst.slot] = inst
             self._replacements += e["by"] == "replace"
+            self._relaunches += e["by"] in ("replace", "reimage")
+            self._image[inst.slot] = inst.ami
             self._generation[inst.slot] = max(self._generation.get(inst.slot, -1), inst.generation)
         elif kind in ("stop", "terminate"):
             old = self._instances[e["instance_id"]]
-            self._instances[old.instance_id] = SimInstance(old.slot, old.instance_id, old.private_ip, old.batch,
-                                                           old.block, old.generation,
-                                                           "stopped" if kind == "stop" else "terminated")
+            self._instances[old.instance_id] = replace(old, state="stopped" if kind == "stop" else "terminated")
             if self._current.get(old.slot) == old:
                 del self._current[old.slot]
         elif kind == "shortfall":
@@ -135,6 +140,14 @@ class Ledger:
 
     def replacements(self) -> int:
         return self._replacements
+
+    def relaunches(self) -> int:
+        """Instances launched into a slot that had one before (replacements and reimages)."""
+        return self._relaunches
+
+    def image(self, slot: str) -> str | None:
+        """The image of the slot's newest instance (what a replacement boots again)."""
+        return self._image.get(slot)
 
     def launches(self) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == "launch"]

@@ -8,6 +8,11 @@ continues where the journal says: a drained group is never drained again, a grou
 version is on record before any of its nodes is touched, and a verdict is journaled before the
 pool hears of it. Only one group is ever out of service, and its units are within
 `upgrade.maxUnavailableUnits` per partition (`plan.plan_groups`).
+
+The change is applied in place (site.yml with the target BOM) or, for nodes whose AMI is not the
+stack's pinned `image.amiId` (`upgrade.method`, `infra.upgrade.reimage`), by reimage first: the
+slot's instance replaced from the new image through the provisioner, then configured and gated
+the same way. A rollback reimages such nodes back to the AMI recorded when their group started.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from infra.errors import ConfigError, UsageError
 from infra.gates import versions as gate_versions
 from infra.gates.admission import AdmissionRecord
 from infra.gates.settings import GateSettings
-from infra.pool.protocol import Evicting, NodeState, PendingNode
+from infra.pool.protocol import NodeState, PendingNode
 from infra.durable import write_atomic
 from infra.rollout.orchestrator import Adapters
 from infra.rollout.ports import Executor, Instance
 from infra.upgrade.plan import plan_groups
+from infra.upgrade.reimage import INPLACE, REIMAGE, reimager, stale_images, target_image, unknown_images
 from infra.upgrade.state import GroupState, UpgradeState
 
 
@@ -140,10 +146,21 @@ class Upgrader:
                     raise ConfigError(f"admitted node {slot} has no admission record in the journals",
                                       field="journal", expected="an admission record per admitted node")
                 current[slot] = record.bom_digest
+        ami = target_image(d.spec)
+        images = reimager(d.adapters.provisioner).images() if ami is not None else {}
         todo = {s for s, digest in current.items() if digest != target.digest()}
+        to_reimage = stale_images(sorted(current), images, ami) if ami is not None else []
+        todo.update(to_reimage)
         if not todo:
+            on = f" and image {ami}" if ami is not None else ""
             return Outcome(None, f"nothing to upgrade: all {len(current)} admitted node(s) already run "
-                                 f"{target.digest()[:19]}")
+                                 f"{target.digest()[:19]}{on}")
+        unknown = unknown_images(to_reimage, images)
+        if unknown:
+            raise ConfigError(f"the image {len(unknown)} node(s) run is not known ({', '.join(unknown[:5])}), so a "
+                              "failed group could not be reimaged back to it; no node was drained",
+                              field="gpufleet:upgrade.method",
+                              expected="inplace, or nodes whose instances the provisioner reports an AMI for")
         previous: dict[str, str] = {}
         given = load_bom(previous_bom) if previous_bom is not None else None
         for digest in sorted({current[s] for s in todo}):
@@ -161,6 +178,7 @@ class Upgrader:
         _bom, target_snap = snapshot(d, target_path)
         d.journal.append({"type": "upgrade", "to": "started", "who": d.who, "target_digest": target.digest(),
                           "target_bom": target_snap, "previous": previous,
+                          "method": REIMAGE if to_reimage else INPLACE, "target_ami": ami if to_reimage else None,
                           "groups": [{"number": g.number, "blocks": list(g.blocks), "slots": list(g.slots),
                                       "units": dict(g.units)} for g in groups]})
         return None
@@ -189,9 +207,10 @@ class Upgrader:
         assert up is not None
         if g.stage == "planned":
             prev = {}
+            images = self._images()
             for slot in g.slots:
                 r = d.record(slot)
-                prev[slot] = {"bom_digest": r.bom_digest if r else None,
+                prev[slot] = {"bom_digest": r.bom_digest if r else None, "ami": images.get(slot),
                               "record": r.model_dump(mode="json") if r else None}
             d.journal.append({"type": "upgrade", "to": "group-started", "group": g.number, "previous": prev})
         if g.stage == "started":
@@ -206,6 +225,9 @@ class Upgrader:
             d.journal.append({"type": "upgrade", "to": "group-drained", "group": g.number})
             self.on_step("drained", g)
         if g.stage == "drained":
+            if up.target_ami is not None:
+                stale = [s for s in g.slots if g.previous[s].get("ami") != up.target_ami]
+                self._reimage(g, "upgrade", up.target_ami, stale)
             target = load_bom(d.state_dir / up.target_bom)
             before = baselines([AdmissionRecord.model_validate(p["record"]) for p in g.previous.values()
                                 if p.get("record")])
@@ -268,6 +290,39 @@ class Upgrader:
             if evicting is not None:
                 evicting.cordon(slots, on=False)
 
+    def _images(self) -> dict[str, str | None]:
+        """slot -> AMI of its running instance, when the provisioner can tell (both of ours can)."""
+        provisioner = self.d.adapters.provisioner
+        return dict(provisioner.images()) if hasattr(provisioner, "images") else {}
+
+    def _reimage(self, g: GroupState, purpose: str, ami: str, slots: Sequence[str]) -> None:
+        """Replace `slots`' instances with ones booted from `ami`, journaled as an intent and as done.
+
+        The old instances leave the pool first (they are terminated); the new ones register as
+        pending, to be gated like any newcomer. Asked again after a crash, the provisioner
+        launches nothing for a slot already on `ami`."""
+        d = self.d
+        if not slots or g.reimaged(purpose, ami):
+            return
+        inventory = dict(d.adapters.provisioner.inventory())
+        d.journal.append({"type": "upgrade", "to": "reimage-requested", "group": g.number, "purpose": purpose,
+                          "ami": ami, "slots": list(slots),
+                          "from": {s: inventory[s].instance_id for s in slots if s in inventory}})
+        pool = d.pool.state()
+        for s in slots:  # a resumed call releases what it registered; the pool keeps the slot's failures
+            if pool.get(s) is not None:
+                d.pool.release(s)
+        result = reimager(d.adapters.provisioner).reimage([self.slots[s] for s in slots], ami)
+        d.advance(result.duration_s)
+        d.pool.register_pending([PendingNode(slot=s, block=self.slots[s].block,
+                                             partition=self.partition_of_block.get(self.slots[s].block),
+                                             instance_id=result.instances[s].instance_id,
+                                             address=result.instances[s].private_ip) for s in slots])
+        d.journal.append({"type": "upgrade", "to": "reimaged", "group": g.number, "purpose": purpose, "ami": ami,
+                          "instances": {s: result.instances[s].instance_id for s in slots},
+                          "seconds": result.duration_s})
+        self.on_step(f"reimaged-{purpose}", g)
+
     def _instances(self, slots: Sequence[str]) -> list[Instance]:
         inventory = dict(self.d.adapters.provisioner.inventory())
         missing = [s for s in slots if s not in inventory]
@@ -295,6 +350,13 @@ class Upgrader:
         """Reinstall each node's previous BOM, gate it the same way, admit (or quarantine) it."""
         d, up = self.d, self.state
         assert up is not None
+        images = self._images()
+        by_ami: dict[str, list[str]] = {}
+        for slot, p in sorted(g.previous.items()):
+            if p.get("ami") and images.get(slot) != p["ami"]:
+                by_ami.setdefault(p["ami"], []).append(slot)
+        for ami, slots in sorted(by_ami.items()):
+            self._reimage(g, "rollback", ami, slots)
         by_digest: dict[str, list[str]] = {}
         for slot, p in g.previous.items():
             by_digest.setdefault(p["bom_digest"], []).append(slot)

@@ -1,9 +1,13 @@
 """The upgrade's state in the day-two journal: events of type "upgrade", folded here.
 
     {"to": "started", "target_digest": ..., "target_bom": <snapshot path>, "previous": {digest: <snapshot path>},
+     "method": "inplace" | "reimage", "target_ami": <AMI id or null>,
      "groups": [{"number": n, "blocks": [...], "slots": [...]}]}
-    {"to": "group-started", "group": n, "previous": {slot: {"bom_digest": ..., "record": {...}}}}
+    {"to": "group-started", "group": n, "previous": {slot: {"bom_digest": ..., "ami": ..., "record": {...}}}}
     {"to": "group-drained", "group": n}
+    {"to": "reimage-requested", "group": n, "purpose": "upgrade" | "rollback", "ami": ..., "slots": [...],
+     "from": {slot: instance id}}
+    {"to": "reimaged", "group": n, "purpose": ..., "ami": ..., "instances": {slot: instance id}, "seconds": s}
     {"to": "group-gated", "group": n, "result": "pass" | "fail", "records": {slot: record}, "failed": {...},
      "before": {...}, "after": {...}, "reason": ..., "seconds": s}
     {"to": "group-admitted", "group": n}
@@ -11,7 +15,11 @@
     {"to": "halted" | "finished" | "rollback-started" | "rolled-back", "reason": ...}
 
 Why the previous version per node in "group-started": it is written before any node of the group is
-drained, so a crash at any later point still knows what to roll back to.
+drained, so a crash at any later point still knows what to roll back to (its BOM and its image).
+A reimage is journaled as an intent before the provider is asked and as done after; the group's
+stage does not move (a reimage happens inside "drained" on the way up and inside a rollback on the
+way back), and the provider is idempotent by image, so a crash between the two only repeats a
+call that launches nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +46,13 @@ class GroupState:
     reason: str = ""
     seconds: float = 0.0
     rolled_back: bool = False
+    reimages: dict[str, dict[str, Any]] = field(default_factory=dict)  # "purpose:ami" -> {slots, from, instances}
+
+    def reimaged(self, purpose: str, ami: str) -> bool:
+        return "instances" in self.reimages.get(f"{purpose}:{ami}", {})
+
+    def reimaged_slots(self) -> set[str]:
+        return {s for r in self.reimages.values() for s in r.get("instances", {})}
 
 
 @dataclass
@@ -50,6 +65,8 @@ class UpgradeState:
     reason: str = ""
     started_clock: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # earlier upgrades of the stack, summarised
+    method: str = "inplace"  # inplace | reimage (the nodes whose AMI is not target_ami are replaced)
+    target_ami: str | None = None
 
     @property
     def active(self) -> bool:
@@ -71,7 +88,8 @@ def apply_upgrade(state: Any, e: Mapping[str, Any]) -> None:
                                      previous=dict(e.get("previous") or {}), started_clock=e.get("clock"),
                                      groups={int(g["number"]): GroupState(int(g["number"]), list(g["blocks"]),
                                                                           list(g["slots"])) for g in e["groups"]},
-                                     history=history)
+                                     history=history, method=e.get("method", "inplace"),
+                                     target_ami=e.get("target_ami"))
         return
     if up is None:
         raise DayTwoTransitionError(f"upgrade event {to!r} without a started upgrade")
@@ -87,6 +105,9 @@ def apply_upgrade(state: Any, e: Mapping[str, Any]) -> None:
     g = up.groups.get(int(e["group"]))
     if g is None:
         raise DayTwoTransitionError(f"upgrade group {e['group']} is not in the plan")
+    if to in ("reimage-requested", "reimaged"):
+        _apply_reimage(g, to, e)
+        return
     stage = to.removeprefix("group-") if isinstance(to, str) else ""
     if stage not in GROUP_NEXT.get(g.stage, set()):
         raise DayTwoTransitionError(f"upgrade group {g.number}: {g.stage} -> {stage} is not allowed")
@@ -107,3 +128,25 @@ def apply_upgrade(state: Any, e: Mapping[str, Any]) -> None:
         g.records, g.failed = dict(e.get("records") or {}), dict(e.get("failed") or {})
         g.seconds += float(e.get("seconds") or 0.0)
         state.records.update(g.records)
+
+
+REIMAGE_STAGES = {"upgrade": ("drained",), "rollback": ("gated", "admitted")}
+
+
+def _apply_reimage(g: GroupState, to: str, e: Mapping[str, Any]) -> None:
+    """A reimage on the way up happens while the group is drained; one on the way back while it is
+    rolled back (after failed gates, or from `--rollback` of an admitted group)."""
+    from infra.daytwo.journal import DayTwoTransitionError
+
+    purpose = e.get("purpose")
+    if purpose not in REIMAGE_STAGES or g.stage not in REIMAGE_STAGES[purpose]:
+        raise DayTwoTransitionError(f"upgrade group {g.number}: a {purpose} reimage while {g.stage} is not allowed")
+    key = f"{purpose}:{e['ami']}"
+    if to == "reimage-requested":  # again after a crash: the same intent, restated
+        g.reimages[key] = {"slots": list(e["slots"]), "from": dict(e.get("from") or {})}
+        return
+    asked = g.reimages.get(key)
+    if asked is None:
+        raise DayTwoTransitionError(f"upgrade group {g.number}: reimaged to {e['ami']} without a request for it")
+    asked["instances"] = dict(e["instances"])
+    g.seconds += float(e.get("seconds") or 0.0)
