@@ -80,6 +80,12 @@ class AnsibleExecutor:
         stage = self._stage(f"remediate-{action}", [instance], "remediate.yml", {"gpufleet_remediate_action": action})
         return stage.hosts[instance.slot]
 
+    def run_playbook(self, stage: str, instances: Sequence[Instance], playbook: str,
+                     extravars: Mapping[str, Any]) -> StageResult:
+        """Another project playbook over these instances, e.g. the acceptance base checks
+        (`infra.rollout.acceptance_collect`), with the same connection and context."""
+        return self._stage(stage, instances, playbook, extravars)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _node(self, instance: Instance) -> Node | str:
