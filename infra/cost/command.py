@@ -10,6 +10,7 @@ exits 2 naming `gpufleet:cost.pricePerInstanceHour`; bad --since/--until exits 2
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -89,13 +90,17 @@ def read_jobs(spec: Any, project: Any, stack: str, window: Any) -> tuple[Any, li
     from infra.pool.kubernetes.adapter import KubernetesPool
     from infra.pool.kubernetes.versions import KUEUE_API_VERSION
 
+    from infra.pool.kubernetes.nodes import SLOT_LABEL
+
     pool = pool_for(spec, project, stack)  # the pool's own kubeconfig and context choice
     assert isinstance(pool, KubernetesPool)
     try:
         workloads, skipped = usages(KubernetesWorkloads(pool.api.custom.api_client, KUEUE_API_VERSION.split("/")[1]))
     except (KueueError, ValueError) as exc:
         return None, [], [f"Kueue: {exc}"]
-    return workloads, skipped, []
+    # Kueue names Nodes; the pool's history names slots (a replacement keeps the slot, not the name)
+    slots = {n["metadata"]["name"]: n["metadata"]["labels"][SLOT_LABEL] for n in pool.api.list_nodes(SLOT_LABEL)}
+    return [replace(w, nodes=tuple(slots.get(n, n) for n in w.nodes)) for w in workloads], skipped, []
 
 
 @click.command("cost")

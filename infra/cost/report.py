@@ -22,6 +22,7 @@ from infra.cost import intervals as iv
 from infra.cost.pool_history import ADMITTED, QUARANTINED, Transitions, by_state
 from infra.cost.prometheus import NodeSeries, job_utilisation
 from infra.cost.usage import JobUsage, Window, held
+from infra.pool.slurm.conf import hostlist
 
 COST_SCHEMA_VERSION = 1
 
@@ -57,6 +58,7 @@ class JobRow(_M):
     start: datetime
     end: datetime | None  # None: running at the report's time
     state: str
+    nodes: str  # Slurm's compressed hostlist of the slots it ran on ("" when the source does not say)
     gpu_hours: float
     cost_usd: float | None
     util_percent: float | None = None  # None: not measured
@@ -184,7 +186,7 @@ def build(*, stack: str, pool: str, window: Window, now: datetime, instance_type
         hours = job.gpus * (span[1] - span[0]) / 3600
         util = job_utilisation(utilisation, job.nodes, span) if utilisation is not None and job.nodes else None
         rows.append(JobRow(job_id=job.job_id, name=job.name, team=job.team, partition=job.partition, gpus=job.gpus,
-                           start=job.start, end=job.end, state=job.state, gpu_hours=round(hours, 4),
+                           start=job.start, end=job.end, state=job.state, nodes=hostlist(job.nodes), gpu_hours=round(hours, 4),
                            cost_usd=_money(hours, rate), util_percent=None if util is None else round(util, 1)))
     rows.sort(key=lambda r: (-r.gpu_hours, r.job_id))
     total = sum(r.gpu_hours for r in rows)

@@ -77,6 +77,8 @@ def _kubeconfig(path, url: str) -> str:
 
 def test_the_cost_command_reads_a_kubernetes_stacks_workloads(server, tmp_path) -> None:
     project = project_with_stack(tmp_path / "project", "k8s", price=80.0, pool="kubernetes")
+    server.kube.add_node("n1", "k8s-b0000-n00000")
+    server.kube.add_node("n2", "k8s-b0000-n00001")
     env = {"KUBECONFIG": _kubeconfig(tmp_path / "kubeconfig", server.url)}
     args = ["--project", str(project), "cost", "-s", "k8s", "--since", "2026-10-31", "--until", "2026-11-02",
             "--format", "json"]
@@ -85,6 +87,8 @@ def test_the_cost_command_reads_a_kubernetes_stacks_workloads(server, tmp_path) 
     report = yaml.safe_load((project / "reports" / "k8s" / "cost.json").read_text())
     assert {g["name"]: g["gpu_hours"] for g in report["by_team"]} == {"debug": 4 * 23, "vision": 16 * 2}  # running: clipped at --until
     assert "no rollout journal" in report["idle_unavailable"]  # never rolled out: idle units unknown, not zero
+    nodes = {j["job_id"]: j["nodes"] for j in report["jobs"]}
+    assert nodes == {"train/pretrain": "k8s-b0000-n[00000-00001]", "debug/serve": ""}  # Node names mapped to slots
     server.kube.fail(500, path=WORKLOADS_PATH, times=10)
     failed = CliRunner(env=env).invoke(main, args)
     assert failed.exit_code == 1 and "Kueue" in failed.output, failed.output

@@ -7,10 +7,12 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra import catalog
+from infra.cli import main
 from infra.catalog_prices import PRICES
 from infra.cost import intervals as iv
 from infra.cost import kueue, prometheus, sacct
@@ -21,7 +23,7 @@ from infra.cost.report import UnitNodes, build, idle_units
 from infra.cost.usage import JobUsage, Window, gpu_hours, held, parse_when
 from infra.reports.write import write_report
 from infra.spec import ClusterSpec
-from tests.ops.cost_helpers import at, s, workload
+from tests.ops.cost_helpers import REPO, at, s, workload
 from tests.pool.conftest import small_spec
 
 # --- intervals: each operation against a per-second brute force -------------------------------
@@ -244,3 +246,16 @@ def test_unknown_usage_is_never_reported_as_zero() -> None:
     doc = cost_document(report)
     assert doc.status.value == "error" and "unknown GPU-hours" in doc.title
     assert any(c.status.value == "error" and "refused" in c.message for c in doc.test_cases())
+
+
+# --- the command's usage errors -----------------------------------------------------------------
+
+@pytest.mark.parametrize("args, names", [
+    (["--since", "yesterday"], "--since"),
+    (["--since", "1d", "--until", "2d"], "--since"),
+    (["--format", "json,pdf"], "--format"),
+    ([], "gpufleet:pool.type"),  # the simulated pool keeps no accounting
+])
+def test_bad_flags_and_a_simulated_pool_exit_2_naming_what_to_fix(args, names) -> None:
+    result = CliRunner().invoke(main, ["--project", str(REPO), "cost", "-s", "local", *args])
+    assert result.exit_code == 2 and names in result.output, result.output
