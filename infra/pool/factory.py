@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -116,9 +117,14 @@ def controller_transport(spec: ClusterSpec, project: Project, stack: str, output
     assert isinstance(connection, SshConnection)
     known_hosts = project.state_dir(stack) / "ssh" / "known_hosts"  # this stack's controller, accepted once
     known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    # the shared connection's socket: a unix socket path must stay under ~100 bytes, so not in the project
+    sockets = Path(tempfile.gettempdir()) / f"gpufleet-ssh-{os.getuid()}"
+    sockets.mkdir(mode=0o700, exist_ok=True)
+    mine = sockets.stat().st_uid == os.getuid() and not sockets.stat().st_mode & 0o077  # else: one connection each
     return SshTransport(host=host.address, user=connection.user, port=connection.port,
                         key_file=connection.private_key_file, proxy_jump=connection.proxy_jump,
-                        known_hosts=known_hosts, connect_timeout_s=connection.connect_timeout_s)
+                        known_hosts=known_hosts, connect_timeout_s=connection.connect_timeout_s,
+                        control_path=str(sockets / "cm-%C") if mine else None)
 
 
 def _pulumi_outputs(spec: ClusterSpec, project: Project, stack: str) -> Mapping[str, Any]:

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlparse
 KILL_AFTER_S = 2  # `timeout -k`: a command that ignores TERM is killed this long after it
 NOT_FOUND = 127  # a shell's (and `timeout`'s) exit code for a command it cannot find
 SSH_FAILED = 255  # ssh's own exit code: no connection, no login (a remote command never uses it here)
+SSH_SESSIONS = 8  # at once per controller: under sshd's defaults MaxSessions 10 (per master) and MaxStartups 10
 SSM_OUTPUT_LIMIT = 24_000  # GetCommandInvocation returns the first 24,000 characters of each stream
 
 
@@ -143,6 +144,9 @@ class SshTransport:
     connect_timeout_s: int = 10
     control_path: str | None = None  # ssh's ControlPath (with %C) to share one connection; None: one each
     max_stdin_chars: int | None = None
+    # the launcher runs up to 16 specs in parallel; more sessions than sshd allows would be refused
+    sessions: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(SSH_SESSIONS),
+                                                 compare=False, repr=False)
 
     @property
     def where(self) -> str:
@@ -185,7 +189,8 @@ class SshTransport:
         ssh = self.argv(remote_command(argv, env, timeout_s, merge_stderr), timeout_s)
         # the remote `timeout` bounds the command; this bounds connecting (twice: the jump host too)
         limit = timeout_s + KILL_AFTER_S + 2 * self.connect_timeout_s + 3
-        code, out, err = _run(ssh, env=None, stdin=stdin, timeout_s=limit, merge_stderr=merge_stderr)
+        with self.sessions:
+            code, out, err = _run(ssh, env=None, stdin=stdin, timeout_s=limit, merge_stderr=merge_stderr)
         if code == SSH_FAILED:
             lines = [ln.strip() for ln in (out if merge_stderr else err).splitlines() if ln.strip()]
             return Completed(Status.UNREACHABLE, code, out, err, detail=lines[-1] if lines else "ssh exited 255")
@@ -337,11 +342,11 @@ class SsmTransport:
     def _outcome(self, inv: Mapping[str, Any]) -> Completed:
         status, details = inv["Status"], inv.get("StatusDetails", "")
         stdout, stderr = inv.get("StandardOutputContent", ""), inv.get("StandardErrorContent", "")
-        if status == "TimedOut" or details in ("ExecutionTimedOut",):
-            return Completed(Status.TIMED_OUT, inv.get("ResponseCode"), stdout, stderr, detail=details)
-        if details in NOT_DELIVERED or status == "Cancelled":
+        if details in NOT_DELIVERED or status == "Cancelled":  # the agent never took it (offline, stopped)
             return Completed(Status.UNREACHABLE, None, stdout, stderr,
                              detail=f"the command was not run ({status}: {details})")
+        if status == "TimedOut":
+            return Completed(Status.TIMED_OUT, inv.get("ResponseCode"), stdout, stderr, detail=details)
         cut = [name for name, text in (("stdout", stdout), ("stderr", stderr)) if len(text) >= SSM_OUTPUT_LIMIT]
         if "stdout" in cut:
             full = self._from_s3(inv.get("StandardOutputUrl", ""))
