@@ -31,7 +31,7 @@ class JobUsage:
 
 @dataclass(frozen=True)
 class Window:
-    """The report's time range; `now` ends jobs still running (never past the window's end)."""
+    """The report's time range (timezone-aware); jobs still running are ended at the report's `now`."""
 
     start: datetime
     end: datetime
