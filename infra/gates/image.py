@@ -48,7 +48,9 @@ def presence(listing: ImageList, image: str) -> tuple[Verdict, str | None, str]:
     """(verdict, reason code, what was found) for the pinned image in one node's listing."""
     repo, _, digest = split_reference(image)
     if listing.runtime == "enroot":  # squashfs files are named by digest; no repository is recorded
-        return (P, None, digest) if listing.has_digest(digest or "") else (R, "image-missing", "no squashfs of it")
+        if digest is not None and listing.has_digest(digest):
+            return P, None, digest
+        return R, "image-missing", "no squashfs of it"
     held = listing.digests_of(repo)
     if digest in held:
         return P, None, f"{repo}@{digest}"

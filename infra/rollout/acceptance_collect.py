@@ -154,8 +154,9 @@ class PlaybookAcceptanceCollector:
                         ) -> tuple[dict[str, str], dict[str, FileRecord]]:
         files, records = {}, {}
         for name in A.STORAGE_FILES:
-            runs = [per_host.get(c, {}).get(name) for c in clients]
-            if any(r is None for r in runs):
+            found = [per_host.get(c, {}).get(name) for c in clients]
+            runs = [r for r in found if r is not None]
+            if len(runs) < len(clients):
                 continue  # not on every client: not collected, never judged on fewer clients
             files[name] = merge_outputs([r["output"] for r in runs])
             records[name] = _record(runs, f"on {len(runs)} clients at once: {runs[0]['command']}")

@@ -37,6 +37,9 @@ class Wiring:
     adapters: Adapters
     threaded: bool  # real adapters provision ahead in a worker thread; the simulator models it
     simulator: Any | None = None  # infra.sim.cloud.SimulatedCloud (its ledger and ground truth)
+    # a real stack's storage and network base checks (acceptance.yml through the executor); the
+    # simulator's stages keep infra.sim.acceptance's collector (infra.rollout.acceptance.stack_hooks)
+    acceptance: Any | None = None  # infra.rollout.acceptance_collect.PlaybookAcceptanceCollector
 
 
 def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
@@ -77,7 +80,8 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
     provisioner = PulumiProvisioner.for_stack(spec, project, stack)
     executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
     pool = _pool(spec, plan, project, stack, None, outputs=provisioner.outputs)
-    return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True)
+    return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True,
+                  acceptance=acceptance_collector(spec, executor, lambda: provisioner.inventory()))
 
 
 def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any,
@@ -111,6 +115,24 @@ class _FirstUseExecutor:
 
     def remediate(self, instance: Instance, action: RemediateAction) -> HostOutcome:
         return self._get().remediate(instance, action)
+
+    def run_playbook(self, stage: str, instances: Sequence[Instance], playbook: str,
+                     extravars: Mapping[str, Any]) -> StageResult:
+        return self._get().run_playbook(stage, instances, playbook, extravars)  # type: ignore[attr-defined]
+
+
+def acceptance_collector(spec: ClusterSpec, runner: Any, inventory: Callable[[], Mapping[str, Instance]]) -> Any:
+    """The storage and network base checks of a real stack: `playbooks/acceptance.yml` run by the
+    stack's executor on the hosts the provisioner has up, fio against the stack's FSx mount, the
+    fabric tests over EFA (libfabric's tcp provider on instance types without EFA)."""
+    from infra import catalog
+    from infra.plan.storage import TIB
+    from infra.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector
+
+    efa = catalog.get(spec.cluster.instance_type).efa_generation > 0
+    return PlaybookAcceptanceCollector(runner, inventory, spec.storage.mount_path, spec.acceptance,
+                                       int(spec.storage.checkpoint_tib * TIB),
+                                       NetworkTools(provider="efa" if efa else "tcp"))
 
 
 def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str,

@@ -26,6 +26,7 @@ import re
 from infra.gates.parsers.common import ParseModel
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+Ref = tuple[str, str | None, str | None]  # (normalised repository, tag, digest)
 _SQSH = re.compile(r"^(\d+)\t(.*?)(sha256:[0-9a-f]{64})\.sqsh$")
 _CTR_HEADER = re.compile(r"^REF\s+TYPE\s+DIGEST\s+")
 DEFAULT_REGISTRY = "docker.io"
@@ -74,7 +75,7 @@ def split_reference(ref: str) -> tuple[str, str | None, str | None]:
     return normalise(name), tag, (digest or None)
 
 
-def _entries(refs: list[tuple[str, str | None, str | None]]) -> tuple[ImageEntry, ...]:
+def _entries(refs: list[Ref]) -> tuple[ImageEntry, ...]:
     by_repo: dict[str, tuple[list[str], list[str]]] = {}
     for repo, tag, digest in refs:
         tags, digests = by_repo.setdefault(repo, ([], []))
@@ -85,8 +86,8 @@ def _entries(refs: list[tuple[str, str | None, str | None]]) -> tuple[ImageEntry
     return tuple(ImageEntry(repository=r, tags=tuple(t), digests=tuple(d)) for r, (t, d) in by_repo.items())
 
 
-def _from_cri(images: list) -> list[tuple[str, str | None, str | None]]:
-    refs: list[tuple[str, str | None, str | None]] = []
+def _from_cri(images: list) -> list[Ref]:
+    refs: list[Ref] = []
     for image in images:
         if not isinstance(image, dict):
             continue
@@ -102,8 +103,9 @@ def _from_docker_line(doc: dict) -> tuple[str, str | None, str | None]:
     return repo, doc.get("Tag") or None, doc.get("Digest") or None
 
 
-def _from_ctr(lines: list[str]) -> tuple[list[tuple[str, str | None, str | None]], list[str]]:
-    refs, problems = [], []
+def _from_ctr(lines: list[str]) -> tuple[list[Ref], list[str]]:
+    refs: list[Ref] = []
+    problems: list[str] = []
     for i, line in enumerate(lines[1:], 2):
         cells = line.split()
         if not cells:
@@ -118,8 +120,9 @@ def _from_ctr(lines: list[str]) -> tuple[list[tuple[str, str | None, str | None]
     return refs, problems
 
 
-def _from_sqsh(lines: list[str]) -> tuple[list[tuple[str, str | None, str | None]], list[str]]:
-    refs, problems = [], []
+def _from_sqsh(lines: list[str]) -> tuple[list[Ref], list[str]]:
+    refs: list[Ref] = []
+    problems: list[str] = []
     for line in lines:
         m = _SQSH.match(line)
         if m is None:
