@@ -128,7 +128,15 @@ def controller_transport(spec: ClusterSpec, project: Project, stack: str, output
 
 
 def _pulumi_outputs(spec: ClusterSpec, project: Project, stack: str) -> Mapping[str, Any]:
+    from pulumi.automation.errors import CommandError
+
     from infra.rollout.pulumi_provisioner import PulumiProvisioner
 
-    return PulumiProvisioner.for_stack(spec, project, stack).outputs()
+    try:
+        return PulumiProvisioner.for_stack(spec, project, stack).outputs()
+    except (CommandError, OSError) as exc:  # no such stack, no backend login, no pulumi CLI
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PoolError(f"cannot read the Pulumi outputs of stack {stack!r}, which name its Slurm controller "
+                        f"({first}); check the Pulumi CLI and backend, or on the controller itself set "
+                        f"{SLURM_CLIENT_ENV}=local") from None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ConfigError
+from infra.errors import ConfigError, PoolError
 from infra.pool.factory import SLURM_CLIENT_ENV, pool_for
 from infra.pool.slurm.adapter import SlurmPool
 from infra.pool.slurm.transport import FirstUseTransport, LocalTransport, SshTransport, SsmTransport
@@ -100,3 +100,13 @@ def test_on_the_controller_itself_the_commands_run_locally(project, monkeypatch)
     monkeypatch.setenv(SLURM_CLIENT_ENV, "ssh")
     with pytest.raises(ConfigError, match=r"GPUFLEET_SLURM_CLIENT='ssh' is not a Slurm client choice"):
         pool_for(spec, project, "dev", outputs=outputs)
+
+
+def test_without_a_pulumi_cli_the_first_command_says_how_to_go_on(project, monkeypatch, tmp_path):
+    """`gpufleet pool -s dev` outside the rollout reads the outputs itself, from Pulumi."""
+    monkeypatch.delenv(SLURM_CLIENT_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi here
+    pool = pool_for(load_stack("dev", project.stacks_dir), project, "dev")
+    with pytest.raises(PoolError, match=r"cannot read the Pulumi outputs of stack 'dev'.*pulumi.*"
+                                        r"GPUFLEET_SLURM_CLIENT=local"):
+        pool.state()

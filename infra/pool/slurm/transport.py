@@ -262,11 +262,10 @@ class SsmTransport:
     first_poll_s: float = 0.5
     max_poll_s: float = 5.0
     max_stdin_chars: int | None = 16_000  # 21 KB once base64-encoded
+    user: str = "root"  # AWS-RunShellScript runs as root
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     calls: list[str] = field(default_factory=list, compare=False)  # the API operations made, in order
-
-    user: str = "root"  # AWS-RunShellScript runs as root
 
     @property
     def where(self) -> str:
@@ -301,10 +300,9 @@ class SsmTransport:
             self.sleep(min(delay, max(0.0, deadline - self.clock())))
             got = self._call("get_command_invocation", {"CommandId": command_id, "InstanceId": self.instance_id},
                              deadline, missing_ok=True)
-            if isinstance(got, Completed):
-                if got.status is not Status.TIMED_OUT:
-                    return got
-                self._cancel(command_id)
+            if isinstance(got, Completed):  # SSM itself failed us (throttled to the deadline, access lost)
+                if got.status is Status.TIMED_OUT:
+                    self._cancel(command_id)
                 return got
             if got is not None and got["Status"] not in PENDING_STATES:
                 return self._outcome(got)
