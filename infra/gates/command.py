@@ -56,6 +56,16 @@ def _expected_versions(stack: str | None, bom_file: Path | None, no_versions: bo
     return versions.expectations_by_os(bom, pool, only_os), pool, bom.digest()
 
 
+def _stack_workload_image(stack: str | None) -> str | None:
+    """The stack's pinned workload image (acceptance.workloadImage), None without a stack or an image."""
+    if stack is None:
+        return None
+    from infra import spec as spec_mod
+    from infra.project import current_project
+
+    return spec_mod.load_stack(stack, current_project().stacks_dir).acceptance.workload_image
+
+
 def _known_instance_type(bundle) -> None:
     """A manifest naming an instance type the catalog does not know cannot be gated (exit 2)."""
     from infra import catalog
@@ -79,6 +89,9 @@ def _known_instance_type(bundle) -> None:
 @click.option("--no-versions", is_flag=True, help="Compare no versions with a BOM.")
 @click.option("--dcgm-level", type=click.IntRange(1, 4), default=2, show_default=True)
 @click.option("--no-lustre", is_flag=True, help="The stack has no Lustre file system.")
+@click.option("--workload-image", default=None, metavar="REPO@sha256:DIGEST",
+              help="Every node must hold this image and run it with all GPUs (default: the stack's "
+                   "acceptance.workloadImage with -s; else no image checks).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one admission record per node and junit.xml here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
@@ -87,8 +100,8 @@ def _known_instance_type(bundle) -> None:
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the gate report here: gate.json (the records), gate.md, gate-junit.xml, gate.html.")
 def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file: Path | None, no_versions: bool,
-         dcgm_level: int, no_lustre: bool, out_dir: Path | None, as_json: bool, workers: int | None,
-         report_dir: Path | None) -> None:
+         dcgm_level: int, no_lustre: bool, workload_image: str | None, out_dir: Path | None, as_json: bool,
+         workers: int | None, report_dir: Path | None) -> None:
     """Gate every node bundle in DIRECTORY (raw tool outputs + manifest.json)."""
     from infra import catalog
     from infra.gates import bundle as B, junit
@@ -108,8 +121,16 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
     if not folders:
         raise ConfigError("holds no node bundle (a folder with manifest.json or known bundle files)",
                           path=str(directory))
+    image = workload_image or _stack_workload_image(stack)
+    if image is not None:
+        from infra.gates.image import pinned_digest
+
+        try:
+            pinned_digest(image)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="--workload-image", expected="repo@sha256:<64 hex>") from None
     base = GateSettings(expected_by_os=expected_by_os, pool=pool, bom_digest=digest, dcgm_level=dcgm_level,
-                        expect_lustre=not no_lustre)
+                        expect_lustre=not no_lustre, workload_image=image)
     try:
         records = gate_folders(folders, base, instance_type, workers=workers,
                                validate=None if instance_type else _known_instance_type)

@@ -196,3 +196,45 @@ def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(t
     seeded = place_faults(build_plan(spec), spec.simulator).faults
     assert set(quarantined) == set(seeded) and [c[0] for c in quarantined.values()] == ["image-missing"]
     assert state.finished and not state.halted
+
+
+# --- `gpufleet gate --workload-image` -------------------------------------------------------
+
+def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
+    from click.testing import CliRunner
+
+    from infra.cli import main
+
+    d = tmp_path / "bundles"
+    for slot, present in (("has", True), ("lacks", False)):
+        folder = synth.write_node(d / slot, synth.NodeSpec(slot=slot))
+        gpus, _ = synth.image_gpus(IMAGE, "crictl", "NVIDIA H100 80GB HBM3", 8, present)
+        (folder / B.IMAGE_LIST).write_text(synth.image_list(IMAGE, "crictl", present))
+        (folder / B.IMAGE_GPUS).write_text(gpus)
+    r = CliRunner().invoke(main, ["gate", str(d), "--json", "--workload-image", IMAGE])
+    assert r.exit_code == 0, r.output  # REMEDIATE is a retest, not a quarantine
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    assert records["has"]["action"] == "admit"
+    assert records["lacks"]["action"] == "retest" and records["lacks"]["reason_codes"][:2] == [
+        "image-missing", "image-gpus-not-visible"]
+    plain = CliRunner().invoke(main, ["gate", str(d), "--json"])  # no image named: the checks do not apply
+    assert all(x["action"] == "admit" for x in json.loads(plain.stdout[:plain.stdout.rindex("]") + 1]))
+    bad = CliRunner().invoke(main, ["gate", str(d), "--workload-image", "nccl-tests:latest"])
+    assert bad.exit_code == 2 and "not pinned by digest" in bad.output
+
+
+def test_the_stack_executor_hands_the_image_to_configure_and_preflight():
+    from infra.configure.executor import stack_executor
+    from infra.configure.inventory import SshConnection
+    from infra.project import find_project
+    from infra.spec import load_stack
+
+    project = find_project(REPO)
+    spec = load_stack("dev", project.stacks_dir)
+    assert spec.pool.type == "slurm"
+    without = stack_executor(spec, project, "dev", SshConnection(user="ubuntu"))
+    assert "image_prepull_image" not in without.site_vars and "image_prepull_image" not in without.preflight_vars
+    spec = spec.model_copy(update={"acceptance": spec.acceptance.model_copy(update={"workload_image": IMAGE})})
+    ex = stack_executor(spec, project, "dev", SshConnection(user="ubuntu"))
+    want = {"image_prepull_image": IMAGE, "image_prepull_runtime": "enroot"}  # pyxis images on a Slurm pool
+    assert want.items() <= ex.site_vars.items() and want.items() <= ex.preflight_vars.items()
