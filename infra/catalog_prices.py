@@ -17,9 +17,10 @@ Bases:
 
 Sources:
   [dstack-4110]  github.com/dstackai/dstack/pull/4110 (2026-08-06): `dstack offer -b aws
-                 --instance-type p5en.48xlarge` output, on-demand rows (dstack's gpuhunt catalog,
-                 after AWS's June 2025 GPU price reduction). The same figure appears in
-                 dstack PR #4069 (2026-07-27).
+                 --instance-type p5en.48xlarge` output, on-demand rows (dstack's gpuhunt price
+                 catalog). The PR is dated after AWS's June 2025 GPU price reduction; it does not
+                 itself mention the reduction. The same figure appears in dstack PR #4069
+                 (2026-07-27).
   [cb-pricing]   "Amazon EC2 Capacity Blocks for ML Pricing" (aws.amazon.com/ec2/capacityblocks/
                  pricing/), read from a stored copy at sibshop.uat.jiralog.com/ec2/capacityblocks/
                  pricing; the page says "The current prices are scheduled to be updated on
