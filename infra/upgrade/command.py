@@ -1,5 +1,8 @@
 """`gpufleet upgrade -s STACK [--resume] [--dry-run] [--rollback] [--previous-bom PATH]`.
 
+In place (site.yml with the new BOM), or by reimage for the nodes whose AMI is not the stack's
+pinned `image.amiId` (`upgrade.method`, see `infra.upgrade.reimage`).
+
 Exit codes: 0 upgraded (or nothing to do, said so), 2 a BOM that breaks the compatibility rules,
 a previous version not on record, or an unfinished upgrade without --resume (no node drained),
 3 a group failed and was rolled back, or a drain did not finish (the upgrade halted), 1 errors.
@@ -24,7 +27,7 @@ from infra.errors import GateFailed, UsageError
 @click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
 def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bom: Path | None,
             force_unlock: bool) -> None:
-    """Bring a live pool to the stack's current BOM in grey groups of whole blocks, canary first."""
+    """Bring a live pool to the stack's current BOM and image in grey groups of whole blocks, canary first."""
     from infra.daytwo.context import open_day_two
     from infra.ops import audit
     from infra.upgrade.orchestrator import Upgrader
@@ -66,21 +69,19 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
 
 def _dry_run(d, previous_bom) -> None:
     from infra.bom import load_bom
-    from infra.pool.protocol import NodeState
+    from infra.upgrade.orchestrator import Upgrader
     from infra.upgrade.plan import limits, plan_groups
 
     target = load_bom(d.project.path(d.spec.image.bom))
-    todo = set()
-    for slot, n in d.pool.state().nodes.items():
-        r = d.record(slot)
-        if n.state is NodeState.ADMITTED and r is not None and r.bom_digest != target.digest():
-            todo.add(slot)
-    if not todo:
-        click.echo(f"nothing to upgrade: every admitted node runs {target.digest()[:19]}")
+    c = Upgrader(d).changes(target)
+    if not c.todo:
+        on = f" and image {c.ami}" if c.ami is not None else ""
+        click.echo(f"nothing to upgrade: every admitted node runs {target.digest()[:19]}{on}")
         return
-    groups = plan_groups(d.plan, todo, d.spec.upgrade)
-    click.echo(f"upgrade {d.stack} to {target.digest()[:19]}: {len(todo)} node(s) in {len(groups)} group(s); "
-               f"at most {limits(d.plan, d.spec.upgrade)} unit(s) per partition out of service")
+    groups = plan_groups(d.plan, c.todo, d.spec.upgrade)
+    how = f", {len(c.reimage)} of them by reimage from {c.ami}" if c.reimage else " in place"
+    click.echo(f"upgrade {d.stack} to {target.digest()[:19]}: {len(c.todo)} node(s){how}, in {len(groups)} "
+               f"group(s); at most {limits(d.plan, d.spec.upgrade)} unit(s) per partition out of service")
     for g in groups:
         click.echo(f"  group {g.number}{' (canary)' if g.canary else ''}: blocks {list(g.blocks)}, "
                    f"{len(g.slots)} node(s), units out {dict(g.units)}")

@@ -31,7 +31,7 @@ from infra.errors import ConfigError, UsageError
 from infra.gates import versions as gate_versions
 from infra.gates.admission import AdmissionRecord
 from infra.gates.settings import GateSettings
-from infra.pool.protocol import NodeState, PendingNode
+from infra.pool.protocol import Evicting, NodeState, PendingNode
 from infra.durable import write_atomic
 from infra.rollout.orchestrator import Adapters
 from infra.rollout.ports import Executor, Instance
@@ -46,6 +46,15 @@ class Outcome:
     message: str
     halted: bool = False
     groups_done: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Changes:
+    current: dict[str, str]  # admitted slot -> the BOM digest it was gated on
+    todo: set[str]  # the slots the upgrade changes
+    reimage: list[str]  # of those, the ones whose instance is replaced from `ami`
+    ami: str | None
+    images: dict[str, str | None]  # slot -> AMI it runs now (when an image is compared at all)
 
 
 def settings_for(d: DayTwo, bom: Bom) -> GateSettings:
@@ -137,20 +146,8 @@ class Upgrader:
             raise ConfigError("the BOM breaks the compatibility rules: " + "; ".join(f.render() for f in problems),
                               path=str(target_path), field="components",
                               expected="a BOM that `gpufleet validate` accepts; no node was drained")
-        pool = d.pool.state()
-        current: dict[str, str] = {}
-        for slot, n in sorted(pool.nodes.items()):
-            if n.state is NodeState.ADMITTED:
-                record = d.record(slot)
-                if record is None:
-                    raise ConfigError(f"admitted node {slot} has no admission record in the journals",
-                                      field="journal", expected="an admission record per admitted node")
-                current[slot] = record.bom_digest
-        ami = target_image(d.spec)
-        images = reimager(d.adapters.provisioner).images() if ami is not None else {}
-        todo = {s for s, digest in current.items() if digest != target.digest()}
-        to_reimage = stale_images(sorted(current), images, ami) if ami is not None else []
-        todo.update(to_reimage)
+        c = self.changes(target)
+        current, todo, to_reimage, ami, images = c.current, c.todo, c.reimage, c.ami, c.images
         if not todo:
             on = f" and image {ami}" if ami is not None else ""
             return Outcome(None, f"nothing to upgrade: all {len(current)} admitted node(s) already run "
@@ -167,6 +164,8 @@ class Upgrader:
             kept = d.state_dir / "upgrade" / "boms" / (digest.removeprefix("sha256:") + ".yaml")
             if kept.exists():
                 previous[digest] = str(kept.relative_to(d.state_dir))
+            elif digest == target.digest():  # an image-only change: the previous BOM is the target
+                previous[digest] = snapshot(d, target_path)[1]
             elif given is not None and given.digest() == digest:
                 previous[digest] = snapshot(d, Path(previous_bom))[1]  # type: ignore[arg-type]
             else:
@@ -182,6 +181,24 @@ class Upgrader:
                           "groups": [{"number": g.number, "blocks": list(g.blocks), "slots": list(g.slots),
                                       "units": dict(g.units)} for g in groups]})
         return None
+
+    def changes(self, target: Bom) -> "Changes":
+        """What an upgrade to `target` (and the stack's image) would change: pure over the pool's
+        admitted nodes, their records and the provisioner's images; `--dry-run` shows it."""
+        d = self.d
+        current: dict[str, str] = {}
+        for slot, n in sorted(d.pool.state().nodes.items()):
+            if n.state is NodeState.ADMITTED:
+                record = d.record(slot)
+                if record is None:
+                    raise ConfigError(f"admitted node {slot} has no admission record in the journals",
+                                      field="journal", expected="an admission record per admitted node")
+                current[slot] = record.bom_digest
+        ami = target_image(d.spec)
+        images = dict(reimager(d.adapters.provisioner).images()) if ami is not None else {}
+        to_reimage = stale_images(sorted(current), images, ami) if ami is not None else []
+        todo = {s for s, digest in current.items() if digest != target.digest()} | set(to_reimage)
+        return Changes(current=current, todo=todo, reimage=to_reimage, ami=ami, images=images)
 
     # ------------------------------------------------------------------ running
 

@@ -113,6 +113,32 @@ def test_a_failing_canary_is_reimaged_back_to_its_previous_ami_and_the_upgrade_h
     assert digests(fleet) == before
 
 
+def test_rollback_reimages_every_group_back_and_a_dry_run_says_what_it_would_reimage(fleet):
+    old_images, before = images(fleet), digests(fleet)
+    reimage_to(fleet)
+    dry = upgrade(fleet, "--dry-run")
+    admitted = admitted_slots(fleet)
+    assert dry.exit_code == 0 and f"{len(admitted)} of them by reimage from {NEW_AMI}" in dry.output
+    assert images(fleet) == old_images and not [e for e in daytwo_events(fleet) if e["type"] == "upgrade"]
+    assert upgrade(fleet, "--previous-bom", str(fleet / "previous-bom.yaml")).exit_code == 0
+    out = upgrade(fleet, "--rollback")
+    assert out.exit_code == 0, out.output
+    assert images(fleet) == old_images and digests(fleet) == before and admitted_slots(fleet) == admitted
+    assert reimages(fleet) == Counter({s: 2 for s in admitted})
+
+
+def test_an_image_only_change_reimages_without_asking_for_a_previous_bom(fleet):
+    old_images, before = images(fleet), digests(fleet)
+    stack = fleet / "stacks" / f"Pulumi.{STACK}.yaml"
+    stack.write_text(stack.read_text().replace("    bom: images/bom.yaml", f"    bom: images/bom.yaml\n    amiId: {NEW_AMI}"))
+    out = upgrade(fleet)
+    assert out.exit_code == 0, out.output
+    admitted = admitted_slots(fleet)
+    assert {images(fleet)[s] for s in admitted} == {NEW_AMI} and digests(fleet) == before
+    assert reimages(fleet) == Counter(admitted) and set(old_images) == set(images(fleet))
+    assert "nothing to upgrade" in upgrade(fleet).output
+
+
 class Crash(Exception):
     pass
 
