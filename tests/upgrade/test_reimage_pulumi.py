@@ -13,7 +13,7 @@ import pytest
 from infra.errors import ConfigError, ProvisioningError
 from infra.rollout.pulumi_provisioner import slot_ami_key
 from infra.upgrade.reimage import Reimager
-from tests.rollout.test_pulumi_provisioner import (AFTER_UP, BATCH1, EXPORT, SELECT, STACK, FakePulumi, _argv,
+from tests.rollout.test_pulumi_provisioner import (AFTER_UP, BATCH1, EXPORT, STACK, FakePulumi, _argv,
                                                    _provisioner)
 
 EVENTS = Path(__file__).parent / "fixtures" / "pulumi_events"
