@@ -75,11 +75,22 @@ class OsPins(_Frozen):
     slurm: str = Field(pattern=_VERSION)
 
 
+class MonitoringPins(_Frozen):
+    """The monitoring agents (roles monitoring_exporters, monitoring_server): pinned like the rest,
+    but not node-gated versions (a skewed exporter slows no job), so not in `component_versions`."""
+
+    dcgm_exporter: str = Field(pattern=_VERSION)  # NVIDIA's datacenter-gpu-manager-exporter, paired with dcgm
+    node_exporter: str = Field(pattern=_VERSION)
+    prometheus: str = Field(pattern=_VERSION)
+    alertmanager: str = Field(pattern=_VERSION)
+
+
 class Bom(_Frozen):
     schema_version: Literal[1] = Field(alias="schema")
     name: str
     components: Components
     os: dict[NodeOs, OsPins]
+    monitoring: MonitoringPins | None = None
 
     def for_os(self, os: str) -> OsPins:
         try:
