@@ -70,6 +70,7 @@ def test_ssh_goes_to_the_controller_ip_through_the_bastion_with_the_key(project,
     argv = ssh.argv("sinfo -h", timeout_s=10)
     assert argv[-5:] == ["-p", "22", "ubuntu@10.0.16.10", "--", "sinfo -h"]
     assert "BatchMode=yes" in argv and "IdentitiesOnly=yes" in argv and "ControlMaster=auto" in argv
+    assert "ConnectTimeout=10" in argv and "ConnectTimeout=3" in ssh.argv("sinfo", timeout_s=2.5)  # bounded by the limit
     control = Path(ssh.control_path or "")
     assert control.name == "cm-%C" and control.parent.is_dir() and control.parent.stat().st_mode & 0o077 == 0
     proxy = next(a for a in argv if a.startswith("ProxyCommand="))
