@@ -51,6 +51,7 @@ from infra.gates import synth
 from infra.gates.admission import AdmissionRecord
 from infra.gates.verdict import Action
 from infra.plan import plan_stack
+from infra.pool.protocol import NodeState as PoolNodeState
 from infra.pool.slurm.adapter import SlurmPool
 from infra.pool.slurm.local import LocalSlurm, NodeHost, slurm_version
 from infra.project import Project
@@ -235,7 +236,8 @@ def _rehearse(spec, plan, slots, bom, repo, lab, slurm, tmp, base_rootfs, collec
         # mounts made before it)
         driver = lab.roots_dir / f"{slot}-proc-driver"
         (driver / "nvidia").mkdir(parents=True)
-        (driver / "nvidia/version").write_text(synth.version_output("nvidia_driver", synth.bom_versions(bom, OS)["nvidia_driver"])[0])
+        driver_version = synth.bom_versions(bom, OS)["nvidia_driver"]
+        (driver / "nvidia/version").write_text(synth.version_output("nvidia_driver", driver_version)[0])
         lab.mount("--bind", str(driver), str(root / "proc/driver"))
         lab.add_host(slot, root=root)
     # the inventory a bare-metal operator would write
@@ -286,7 +288,7 @@ def _rehearse(spec, plan, slots, bom, repo, lab, slurm, tmp, base_rootfs, collec
     env = slurm.cli().env()
     yield {"lab": lab, "slots": slots, "outcome": outcome, "state": state, "cut": cut, "report": rep,
            "report_json": next(p for p in paths if p.name == "rollout.json"), "journal": state_dir / "journal.jsonl",
-           "state_dir": state_dir, "bom": bom, "hosts": hosts, "env": env, "settings": settings, "plan": plan}
+           "state_dir": state_dir, "bom": bom, "hosts": hosts, "env": env, "settings": settings, "pool": pool}
 
 
 def _reachable(r) -> list[str]:
@@ -320,10 +322,10 @@ def test_the_cut_host_ends_unreachable_and_quarantined(rollout):
 
 def test_slurm_drains_the_cut_host_with_its_reason(rollout):
     shown = sh("scontrol", "-o", "show", "node", CUT, env=rollout["env"])
-    state = shown.split("State=")[1].split()[0]
-    assert "DRAIN" in state, shown
-    reason = shown.split("Reason=")[1]
-    assert "unreachable" in reason, shown
+    assert "DRAIN" in shown.split("State=")[1].split()[0], shown
+    assert shown.split("Reason=")[1].startswith("gpufleet quarantine unreachable: "), shown
+    node = rollout["pool"].state().nodes[CUT]  # and the adapter reads it back as such
+    assert node.state is PoolNodeState.QUARANTINED and node.reason_code == "unreachable"
 
 
 def test_the_seven_others_are_admitted_and_idle_in_their_partition(rollout):
@@ -339,6 +341,9 @@ def test_the_seven_others_are_admitted_and_idle_in_their_partition(rollout):
         time.sleep(0.5)
     assert {s: rows.get(s) for s in reachable} == {s: "idle" for s in reachable}
     assert rows[CUT].startswith("drain"), rows
+    pooled = rollout["pool"].state().nodes  # Slurm holds each node's admission: its record's digest
+    assert {s: pooled[s].record_digest for s in reachable} == {s: state.nodes[s].record_digest for s in reachable}
+    assert all(pooled[s].state is PoolNodeState.ADMITTED and state.nodes[s].record_digest for s in reachable)
 
 
 def test_the_baselines_ran_through_srun_on_the_hosts(rollout):
@@ -390,6 +395,7 @@ def test_the_report_agrees_with_the_journal(rollout):
     assert written["admitted_gpus"] == 7 * 8 and written["short"] == [CUT]
     assert [(q["slot"], q["reason_code"], q["replaced"]) for q in written["quarantined"]] == [
         (CUT, "unreachable", False)]
-    assert written["status"] == rep.status and rep.status != "complete"
+    assert written["status"] == rep.status == "short"
+    assert [(p["name"], p["units_available"], p["units_planned"]) for p in written["partitions"]] == [(PARTITION, 7, 8)]
     journaled = {s: n.stage.value for s, n in state.nodes.items()}
     assert journaled == {**{s: "admitted" for s in _reachable(rollout)}, CUT: "quarantined"}
