@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NoReturn, Sequence
 
 from infra.errors import PoolError
 from infra.pool.slurm.transport import NOT_FOUND, Completed, LocalTransport, Status, Transport
@@ -66,9 +66,14 @@ class SlurmCli:
             return 124, done.stdout
         if done.status is Status.DONE and not _missing(argv[0], done):
             return int(done.exit_code or 0), done.stdout
-        return 0, self._stdout(argv, done, timeout_s, None)  # raises: unreachable, incomplete or not installed
+        self._fail(argv, done, timeout_s, None)
 
     def _stdout(self, argv: Sequence[str], done: Completed, limit: float, node: str | None) -> str:
+        if done.status is Status.DONE and done.exit_code == 0:
+            return done.stdout
+        self._fail(argv, done, limit, node)
+
+    def _fail(self, argv: Sequence[str], done: Completed, limit: float, node: str | None) -> NoReturn:
         shown = f"`{' '.join(argv[:3])} ...`"
         where = self.transport.where
         if done.status is Status.UNREACHABLE:
@@ -81,11 +86,9 @@ class SlurmCli:
             raise PoolError(f"{shown} on {where}: {done.detail}", node=node)
         if _missing(argv[0], done):
             raise PoolError(f"{argv[0]} is not on PATH on {where}; {INSTALL_HINT}", node=node)
-        if done.exit_code != 0:
-            errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
-            detail = "; ".join(errors[-3:]) or done.stdout.strip()[-300:] or f"exit {done.exit_code}"
-            raise PoolError(f"{shown} failed: {detail}", node=node)
-        return done.stdout
+        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        detail = "; ".join(errors[-3:]) or done.stdout.strip()[-300:] or f"exit {done.exit_code}"
+        raise PoolError(f"{shown} failed: {detail}", node=node)
 
 
 def _missing(tool: str, done: Completed) -> bool:
