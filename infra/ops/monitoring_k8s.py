@@ -9,24 +9,43 @@ their CRDs when the stack installs one; with `ops.prometheus: existing` the CRDs
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.bom import Bom
+from infra.gates.settings import GateSettings
 from infra.ops import monitoring_manifests as mm
+from infra.ops.rules import Thresholds, rules_document
 from infra.pool.kubernetes.manifests import MANAGED_BY
-from infra.spec import OpsConfig
+from infra.spec import ClusterSpec, OpsConfig
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    ops: OpsConfig
+    rules: dict[str, Any]  # rules.rules_document for this stack
+    stack: str
+    dcgm_version: str
+
+
+def monitoring_config(spec: ClusterSpec, bom: Bom, stack: str) -> MonitoringConfig:
+    """The rules from the same thresholds the gates use (`GateSettings`) and the BOM's DCGM."""
+    limit = GateSettings.from_config(spec.gates, spec.cluster.instance_type).remap_uncorrectable_limit
+    t = Thresholds(spec.ops, limit, bom.components.dcgm.version, spec.storage.mount_path)
+    return MonitoringConfig(spec.ops, rules_document(t, stack), stack, t.dcgm_version)
 
 
 class Monitoring(pulumi.ComponentResource):
-    def __init__(self, name: str, ops: OpsConfig, rules: dict[str, Any], stack: str, dcgm_version: str,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, config: MonitoringConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:ops:Monitoring", name, None, opts)
+        ops = config.ops
         self.namespace = k8s.core.v1.Namespace(f"{name}-ns", metadata={"name": mm.NAMESPACE, "labels": dict(MANAGED_BY)},
                                                opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
-        configmap, *custom = mm.monitoring_objects(ops, rules, stack, dcgm_version)
+        configmap, *custom = mm.monitoring_objects(ops, config.rules, config.stack, config.dcgm_version)
         self.counters = k8s.core.v1.ConfigMap(f"{name}-dcgm-counters", metadata=configmap["metadata"],
                                               data=configmap["data"], opts=in_ns)
         after: list[pulumi.Resource] = [self.namespace]

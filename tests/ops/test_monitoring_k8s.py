@@ -20,9 +20,10 @@ from pulumi.runtime import settings
 from infra.cloud.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
 from infra.ops import monitoring_counters
 from infra.ops import monitoring_manifests as mm
-from infra.ops.monitoring_k8s import Monitoring
+from infra.ops.monitoring_k8s import Monitoring, MonitoringConfig
 from infra.ops.rules import Thresholds, rules_document
 from infra.plan import build_plan
+from infra.pool.kubernetes.chart_values import dcgm_exporter_values
 from infra.pool.protocol import GATE_TAINT, QUARANTINE_TAINT
 from infra.spec import OpsConfig, load_stack
 from tests.pool.test_kubernetes_objects import strict, tolerates
@@ -59,7 +60,7 @@ def register(ops: OpsConfig) -> list[Registration]:
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="prod", preview=False, monitor=monitor)
         settings.ROOT.set(None)
         loop.run_until_complete(pulumi.runtime.stack.run_in_stack(
-            lambda: Monitoring("mon", ops, rules(), "prod", DCGM)))
+            lambda: Monitoring("mon", MonitoringConfig(ops, rules(), "prod", DCGM))))
     finally:
         settings.SETTINGS.rpc_manager.clear()
         settings.SETTINGS.outputs.clear()
@@ -168,9 +169,23 @@ def test_the_counters_configmap_is_the_deployed_file_and_the_exporter_reads_it(i
     obj = {"apiVersion": "v1", "kind": "ConfigMap", **{k: counters.inputs[k] for k in ("metadata", "data")}}
     kubernetes_validate.validate(obj, "1.33", strict=True)
     assert counters.inputs["metadata"]["namespace"] == mm.NAMESPACE
-    values = mm.dcgm_exporter_counter_values()
+    values = dcgm_exporter_values("p5.48xlarge")  # the pool's dcgm-exporter chart values
     assert values["arguments"] == ["-f", f"{mm.COUNTERS_DIR}/{mm.COUNTERS_FILE}"]
     (volume,) = values["extraConfigMapVolumes"]
     (mount,) = values["extraVolumeMounts"]
     assert volume["configMap"]["name"] == counters.inputs["metadata"]["name"] and mount["name"] == volume["name"]
     assert mount["mountPath"] == mm.COUNTERS_DIR
+
+
+def test_the_program_wires_monitoring_into_the_pool_and_the_exporter_waits_for_its_counters(full_capture) -> None:
+    prod = full_capture("prod")
+    (component,) = prod.of_type("gpufleet:ops:Monitoring")
+    (pool,) = prod.of_type("gpufleet:pool:KubernetesPool")
+    assert component.parent == pool.urn
+    (counters,) = [r for r in prod.registrations if r.parent == component.urn and r.type == "kubernetes:core/v1:ConfigMap"]
+    (dcgm,) = [r for r in prod.of_type("kubernetes:helm.sh/v3:Release") if r.inputs["chart"] == "dcgm-exporter"]
+    assert counters.urn in dcgm.options["dependsOn"]
+    assert dcgm.inputs["values"]["extraConfigMapVolumes"][0]["configMap"]["name"] == counters.inputs["metadata"]["name"]
+    (rule,) = [r for r in prod.registrations if r.inputs.get("kind") == "PrometheusRule"]
+    validate(rule.inputs)
+    assert rule.inputs["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpufleet"

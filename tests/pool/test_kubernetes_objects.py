@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from infra.bom import load_bom, resolve_bom_path
+from infra.cloud.capture import Capture
 from infra.configure.nccl_env import nccl_env_for
+from infra.ops.monitoring_manifests import KUBE_PROMETHEUS_STACK
 from infra.pool.kubernetes import manifests as m
 from infra.pool.kubernetes import versions as v
 from infra.pool.protocol import BLOCK_LABEL, GATE_TAINT, PENDING_TAINT_VALUE, QUARANTINE_TAINT
@@ -36,6 +38,7 @@ CHART_TOLERATIONS = {
     "aws-efa-k8s-device-plugin": ["tolerations"],
     "dcgm-exporter": ["tolerations"],
     "aws-fsx-csi-driver": ["node.tolerations", "controller.tolerations"],
+    "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # infra.ops.monitoring_manifests
 }
 
 
@@ -157,7 +160,10 @@ def prod(full_capture):
 
 @pytest.fixture(scope="module")
 def objs(prod) -> list[dict[str, Any]]:
-    return k8s_objects(prod)
+    """The pool's own objects (the monitoring component's are tests/ops/test_monitoring_k8s.py's)."""
+    (monitoring,) = prod.of_type("gpufleet:ops:Monitoring")
+    return k8s_objects(Capture(prod.stack, prod.spec, prod.plan,
+                               [r for r in prod.registrations if r.parent != monitoring.urn], prod.outputs))
 
 
 def test_every_kueue_object_is_valid_under_its_v0_19_2_crd(objs):
@@ -295,7 +301,8 @@ def test_fsx_volumes_are_bound_to_the_stacks_file_system(prod, objs):
 
 def test_charts_are_the_pinned_versions_and_kueue_matches_the_schemas(prod):
     releases = {r.inputs["name"]: r.inputs for r in prod.of_type("kubernetes:helm.sh/v3:Release")}
-    assert {name: rel["version"] for name, rel in releases.items()} == {c.release: c.version for c in v.CHARTS}
+    assert {name: rel["version"] for name, rel in releases.items()} == \
+        {c.release: c.version for c in (*v.CHARTS, KUBE_PROMETHEUS_STACK)}
     assert "kueue-v" + releases["kueue"]["version"] == SCHEMAS.name
     (mpi,) = prod.of_type("kubernetes:yaml/v2:ConfigFile")
     assert mpi.inputs["file"] == v.MPI_OPERATOR.url and f"/{v.MPI_OPERATOR.version}/" in v.MPI_OPERATOR.url

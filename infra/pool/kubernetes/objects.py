@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from infra.bom import load_bom, resolve_bom_path
 from infra.cloud.storage import Storage
 from infra.configure.nccl_env import NcclEnv, nccl_env_for
+from infra.ops.monitoring_k8s import Monitoring, MonitoringConfig, monitoring_config
 from infra.plan.model import ClusterPlan, Topology
 from infra.pool.kubernetes import chart_values as values
 from infra.pool.kubernetes import manifests as m
@@ -85,13 +86,16 @@ class NodeAddons(pulumi.ComponentResource):
     """What every GPU node runs before admission: device plugins, DCGM exporter, the FSx CSI
     driver, and the MPI operator that launches the gates' multi-node runs."""
 
-    def __init__(self, name: str, instance_type: str, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, instance_type: str, dcgm_counters: pulumi.Resource,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:NodeAddons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.releases = [
             _release(name, v.NVIDIA_DEVICE_PLUGIN, values.nvidia_device_plugin_values(instance_type), child),
             _release(name, v.EFA_DEVICE_PLUGIN, values.efa_device_plugin_values(instance_type), child),
-            _release(name, v.DCGM_EXPORTER, values.dcgm_exporter_values(instance_type), child),
+            # its pods mount the counters ConfigMap (infra.ops.monitoring_k8s): it must exist first
+            _release(name, v.DCGM_EXPORTER, values.dcgm_exporter_values(instance_type),
+                     pulumi.ResourceOptions(parent=self, depends_on=[dcgm_counters])),
             _release(name, v.FSX_CSI_DRIVER, values.fsx_csi_values(), child),
         ]
         self.mpi_operator = k8s.yaml.v2.ConfigFile(f"{name}-{v.MPI_OPERATOR.name}", file=v.MPI_OPERATOR.url, opts=child)
@@ -146,12 +150,13 @@ class KubernetesPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, instance_type: str, queues: Sequence[m.PartitionQueue], cohort: str | None,
                  nccl: NcclEnv, fsx: FileSystemRef, provider: k8s.Provider, topology: Topology,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 monitoring: MonitoringConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:KubernetesPool", name, None,
                          pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers={"kubernetes": provider})))
         child = pulumi.ResourceOptions(parent=self)
         self.kueue = Kueue(f"{name}-kueue", instance_type, queues, cohort, child)
-        self.addons = NodeAddons(f"{name}-addons", instance_type, child)
+        self.monitoring = Monitoring(f"{name}-monitoring", monitoring, child)
+        self.addons = NodeAddons(f"{name}-addons", instance_type, self.monitoring.counters, child)
         PoolNamespace(f"{name}-{m.SYSTEM_NAMESPACE}", m.SYSTEM_NAMESPACE, instance_type, nccl, fsx, None, None, child)
         for q in queues:
             PoolNamespace(f"{name}-{q.partition}", q.namespace, instance_type, nccl, fsx, q, self.kueue, child)
@@ -170,7 +175,8 @@ def pool_objects(name: str, spec: ClusterSpec, plan: ClusterPlan, storage: Stora
     fs = storage.file_system
     fsx = FileSystemRef(id=fs.id, dns_name=fs.dns_name, mount_name=fs.mount_name,
                         capacity_gib=m.fsx_capacity_gib(plan.storage.capacity_gib, plan.storage.needed_tib))
-    nccl = nccl_env_for(load_bom(resolve_bom_path(spec)), efa=sku.efa_interfaces > 0)
+    bom = load_bom(resolve_bom_path(spec))
+    nccl = nccl_env_for(bom, efa=sku.efa_interfaces > 0)
     cohort = f"{spec.cluster.name}-gpus" if spec.pool.kueue_cohort_borrowing else None
     return KubernetesPool(name, sku.name, m.partition_queues(plan, sku), cohort, nccl, fsx, provider,
-                          plan.topology, opts)
+                          plan.topology, monitoring_config(spec, bom, pulumi.get_stack()), opts)
