@@ -321,10 +321,11 @@ class Upgrader:
         d = self.d
         if not slots or g.reimaged(purpose, ami):
             return
-        inventory = dict(d.adapters.provisioner.inventory())
-        d.journal.append({"type": "upgrade", "to": "reimage-requested", "group": g.number, "purpose": purpose,
-                          "ami": ami, "slots": list(slots),
-                          "from": {s: inventory[s].instance_id for s in slots if s in inventory}})
+        if not g.reimage_requested(purpose, ami):  # a resumed one keeps the instances it meant to replace
+            inventory = dict(d.adapters.provisioner.inventory())
+            d.journal.append({"type": "upgrade", "to": "reimage-requested", "group": g.number, "purpose": purpose,
+                              "ami": ami, "slots": list(slots),
+                              "from": {s: inventory[s].instance_id for s in slots if s in inventory}})
         pool = d.pool.state()
         for s in slots:  # a resumed call releases what it registered; the pool keeps the slot's failures
             if pool.get(s) is not None:

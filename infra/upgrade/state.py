@@ -48,6 +48,9 @@ class GroupState:
     rolled_back: bool = False
     reimages: dict[str, dict[str, Any]] = field(default_factory=dict)  # "purpose:ami" -> {slots, from, instances}
 
+    def reimage_requested(self, purpose: str, ami: str) -> bool:
+        return f"{purpose}:{ami}" in self.reimages
+
     def reimaged(self, purpose: str, ami: str) -> bool:
         return "instances" in self.reimages.get(f"{purpose}:{ami}", {})
 
@@ -142,7 +145,10 @@ def _apply_reimage(g: GroupState, to: str, e: Mapping[str, Any]) -> None:
     if purpose not in REIMAGE_STAGES or g.stage not in REIMAGE_STAGES[purpose]:
         raise DayTwoTransitionError(f"upgrade group {g.number}: a {purpose} reimage while {g.stage} is not allowed")
     key = f"{purpose}:{e['ami']}"
-    if to == "reimage-requested":  # again after a crash: the same intent, restated
+    if to == "reimage-requested":
+        if key in g.reimages:
+            raise DayTwoTransitionError(f"upgrade group {g.number}: a {purpose} reimage to {e['ami']} was requested "
+                                        "already")
         g.reimages[key] = {"slots": list(e["slots"]), "from": dict(e.get("from") or {})}
         return
     asked = g.reimages.get(key)

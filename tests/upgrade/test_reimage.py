@@ -190,3 +190,5 @@ def test_sigkill_mid_reimage_then_resume_gives_the_uninterrupted_end_state(fleet
     assert out.exit_code == 0, out.output
     assert end_state(killed) == end_state(clean)
     assert set(reimages(killed).values()) == {1}  # no slot replaced twice
+    asked = [(e["group"], e["purpose"]) for e in daytwo_events(killed) if e.get("to") == "reimage-requested"]
+    assert len(asked) == len(set(asked))  # nor asked for twice

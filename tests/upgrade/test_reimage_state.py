@@ -63,9 +63,11 @@ def test_a_reimage_folds_as_intent_then_result_inside_the_drained_stage():
     with pytest.raises(DayTwoTransitionError, match="without a request"):
         _to(state, "reimaged", purpose="upgrade", ami=AMI, instances={"s1": "i-1"})
     _to(state, "reimage-requested", purpose="upgrade", ami=AMI, slots=["s1"], **{"from": {"s1": "i-0"}})
-    _to(state, "reimage-requested", purpose="upgrade", ami=AMI, slots=["s1"])  # restated after a crash
+    with pytest.raises(DayTwoTransitionError, match="requested already"):  # a resumed upgrade never asks twice
+        _to(state, "reimage-requested", purpose="upgrade", ami=AMI, slots=["s1"])
     g = state.upgrade.groups[1]
-    assert g.stage == "drained" and not g.reimaged("upgrade", AMI)
+    assert g.stage == "drained" and g.reimage_requested("upgrade", AMI) and not g.reimaged("upgrade", AMI)
+    assert g.reimages["upgrade:" + AMI]["from"] == {"s1": "i-0"}
     _to(state, "reimaged", purpose="upgrade", ami=AMI, instances={"s1": "i-1"}, seconds=90)
     assert g.reimaged("upgrade", AMI) and g.reimaged_slots() == {"s1"} and g.seconds == 90
     with pytest.raises(DayTwoTransitionError, match="rollback reimage while drained"):
