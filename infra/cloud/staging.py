@@ -16,7 +16,9 @@ deployed with, and the program:
 - refuses a change that would remove or rename a recorded slot, or a target below both its
   recorded batch and its planned one, naming the slots and the settings that moved them, unless
   `rollout.allowShrink` (then they are dropped; protected instances must be unprotected first);
-- creates the plan's slots up to the target that are not recorded yet.
+- creates the plan's slots up to the target that are not recorded yet;
+- boots a slot named in `image.slotAmis` from its override: a deployed one whose recorded AMI
+  differs is the only kind of instance left unprotected, to be replaced (`Staging.with_images`).
 
 A missing target means "what the stack last deployed", so a plain `pulumi up` never shrinks
 the fleet and a fresh stack creates no instances until the rollout raises the target. A stack
