@@ -400,10 +400,12 @@ def image_list(image: str, runtime: str, present: bool = True) -> str:
     held = [(f"{PAUSE_IMAGE[0]}:3.10", PAUSE_IMAGE[0], PAUSE_IMAGE[1], 317_264)]
     if present:
         held.append((None, repo, digest, 9_876_543_210))
-    if runtime == "crictl":  # cri-tools: protobuf JSON of ListImagesResponse, 2-space indent
+    if runtime == "crictl":  # cri-tools (cmd/crictl/util.go): protojson of ListImagesResponse with
+        # EmitDefaultValues and a 2-space indent, so unset message fields (uid, spec) are left out
+        # and the uint64 size is a string (crictl before protojson printed uid/spec as null)
         return json.dumps({"images": [
             {"id": _config_digest(d), "repoTags": [tag] if tag else [], "repoDigests": [f"{r}@{d}"],
-             "size": str(size), "uid": None, "username": "", "spec": None, "pinned": tag is not None}
+             "size": str(size), "username": "", "pinned": tag is not None}
             for tag, r, d, size in held]}, indent=2) + "\n"
     if runtime == "ctr":  # containerd: tabwriter columns, one row per reference
         rows = [("REF", "TYPE", "DIGEST", "SIZE", "PLATFORMS", "LABELS")]

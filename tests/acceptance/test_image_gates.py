@@ -71,7 +71,7 @@ def test_each_rendered_listing_parses_to_the_pinned_digest(runtime):
 def test_crictl_json_has_the_cri_list_images_shape():
     doc = json.loads(synth.image_list(IMAGE, "crictl"))
     image = doc["images"][1]
-    assert set(image) == {"id", "repoTags", "repoDigests", "size", "uid", "username", "spec", "pinned"}
+    assert set(image) == {"id", "repoTags", "repoDigests", "size", "username", "pinned"}
     assert image["repoDigests"] == [IMAGE] and image["repoTags"] == [] and isinstance(image["size"], str)
 
 
@@ -81,6 +81,13 @@ def test_ctr_rows_and_image_id_references():
     listing = parse_image_list(text)
     assert {e.repository for e in listing.entries} == {synth.PAUSE_IMAGE[0], "public.ecr.aws/hpc-cloud/nccl-tests"}
     assert listing.digests_of("public.ecr.aws/hpc-cloud/nccl-tests") == {DIGEST}
+
+
+def test_crictl_before_protojson_printed_unset_messages_as_null():
+    doc = {"images": [{"id": "sha256:" + "0" * 64, "repoTags": [], "repoDigests": [IMAGE], "size": "9876543210",
+                       "uid": None, "username": "", "spec": None, "pinned": False}]}
+    listing = parse_image_list(json.dumps(doc, indent=2))
+    assert listing.runtime == "crictl" and listing.digests_of("public.ecr.aws/hpc-cloud/nccl-tests") == {DIGEST}
 
 
 def test_docker_json_lines_and_podman_arrays():
