@@ -189,3 +189,10 @@ def test_the_program_wires_monitoring_into_the_pool_and_the_exporter_waits_for_i
     (rule,) = [r for r in prod.registrations if r.inputs.get("kind") == "PrometheusRule"]
     validate(rule.inputs)
     assert rule.inputs["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpufleet"
+
+
+def test_without_a_webhook_the_stacks_alertmanager_keeps_the_charts_route() -> None:
+    """No `ops.alertWebhookUrl`: gpufleet does not invent an address for `ops serve`."""
+    values = mm.prometheus_stack_values(OpsConfig())
+    assert "alertmanager" not in values
+    assert values["prometheus"]["prometheusSpec"]["ruleSelectorNilUsesHelmValues"] is False

@@ -32,7 +32,7 @@ BIN = Path(sys.executable).parent
 SLOT = "local-slurm-b0000-n00000"
 STACK = "local-slurm"
 
-pytestmark = pytest.mark.requires_root
+pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
 
 def _thresholds(spec) -> Thresholds:
