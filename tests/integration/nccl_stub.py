@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from infra import catalog
@@ -46,7 +47,7 @@ def step_nodes() -> list[str]:
 
 
 def main(fabric_json: str, argv: list[str]) -> int:
-    fabric = json.loads(open(fabric_json, encoding="utf-8").read())
+    fabric = json.loads(Path(fabric_json).read_text(encoding="utf-8"))
     sku = catalog.get(fabric["instance_type"])
     rank = int(os.environ["SLURM_PROCID"])
     nodes = step_nodes()

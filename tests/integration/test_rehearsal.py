@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable, Sequence
 
 import pytest
 import yaml
@@ -56,10 +57,10 @@ from infra.pool.slurm.adapter import SlurmPool
 from infra.pool.slurm.local import LocalSlurm, NodeHost, slurm_version
 from infra.project import Project
 from infra.reports import rollout as report
+from infra.rollout.backends import LocalJournalStore
 from infra.rollout.journal import Journal
 from infra.rollout.orchestrator import STAGE_CODE, Adapters, Orchestrator
-from infra.rollout.backends import LocalJournalStore
-from infra.rollout.ports import HostStatus, Instance, StageResult, WallClock
+from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult, WallClock
 from infra.rollout.state import NodeStage
 from infra.rollout.static_hosts import StaticHostsProvisioner
 from infra.rollout.wiring import gate_settings, options
@@ -159,19 +160,19 @@ class HostsWithGpus:
     has converged (the EFA installer lays down its own fi_info, which the stub replaces, as a real
     host's would answer from its devices). Every other call goes straight through."""
 
-    def __init__(self, inner: AnsibleExecutor, install) -> None:
+    def __init__(self, inner: AnsibleExecutor, install: Callable[[str], None]) -> None:
         self.inner, self.install = inner, install
 
-    def configure(self, instances) -> StageResult:
+    def configure(self, instances: Sequence[Instance]) -> StageResult:
         result = self.inner.configure(instances)
         for slot in result.ok():
             self.install(slot)
         return result
 
-    def preflight(self, instances, dest: Path) -> StageResult:
+    def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:
         return self.inner.preflight(instances, dest)
 
-    def remediate(self, instance, action):
+    def remediate(self, instance: Instance, action: RemediateAction) -> HostOutcome:
         return self.inner.remediate(instance, action)
 
 
