@@ -107,6 +107,17 @@ class _Collector:
 
 
 def _message(res: Mapping[str, Any]) -> str:
+    """What went wrong, from a task result. A looped task's own msg only sums up its items ("All items
+    completed" even when one was unreachable), so the first item that failed or was unreachable speaks."""
+    items = res.get("results")
+    if isinstance(items, list):
+        bad = next((r for r in items if isinstance(r, Mapping) and (r.get("unreachable") or r.get("failed"))), None)
+        if bad is not None:
+            label = bad.get("_ansible_item_label", bad.get("item"))
+            if isinstance(label, Mapping):
+                label = label.get("name", label)
+            inner = _message({k: v for k, v in bad.items() if k != "results"})
+            return f"item {label}: {inner}"[:1000] if label not in (None, "") else inner
     msg = str(res.get("msg", "")).strip()
     stderr = str(res.get("stderr", "") or "").strip()
     if stderr and stderr not in msg:

@@ -117,6 +117,24 @@ def test_runner_maps_events_to_verdicts_and_progress(tmp_path):
     assert kw["envvars"]["PATH"].split(":")[0].endswith("bin")
 
 
+def test_a_looped_task_reports_the_item_that_failed_not_its_summary(tmp_path):
+    """Ansible sums a loop up as "All items completed" even when one item lost the host."""
+    cut = _event("runner_on_unreachable", "b0-n000", "Run each gate command", msg="All items completed",
+                 unreachable=True, results=[
+                     {"item": {"name": "nvidia-smi-q.txt"}, "changed": True, "rc": 0},
+                     {"item": {"name": "dcgmi-diag.json"}, "unreachable": True,
+                      "msg": "Failed to connect to the host via ssh: Connection timed out"}])
+    failed = _event("runner_on_failed", "b0-n001", "Run each gate command", msg="One or more items failed",
+                    results=[{"_ansible_item_label": "lspci", "failed": True, "msg": "non-zero return code",
+                              "stderr": "lspci: not found"}])
+    backend, _ = fake_backend([cut, failed])
+    res = AnsibleConfigurator(tmp_path, backend=backend, collections=tmp_path).run(NODES, SshConnection(), {})
+    assert res.hosts["b0-n000"].verdict is Verdict.UNREACHABLE
+    assert res.hosts["b0-n000"].message == ("item dcgmi-diag.json: Failed to connect to the host via ssh: "
+                                            "Connection timed out")
+    assert res.hosts["b0-n001"].message == "item lspci: non-zero return code: lspci: not found"
+
+
 def test_ignored_failures_do_not_fail_a_host(tmp_path):
     ev = _event("runner_on_failed", "b0-n000", "probe", msg="x")
     ev["event_data"]["ignore_errors"] = True
