@@ -30,6 +30,7 @@ from infra.spec import load_stack
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SLOT = "local-slurm-b0000-n00000"
+EARLIER = "local-slurm-b0001-n00005"  # a node an earlier batch's configure run wrote into the targets
 STACK = "local-slurm"
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
@@ -57,8 +58,7 @@ def test_the_generated_files_are_the_reviewed_documents_and_the_extravars_name_t
 
 
 WATCHED = ("/etc/systemd/system/node_exporter.service", "/etc/dcgm-exporter/gpufleet-counters.csv",
-           "/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpufleet.conf", "/etc/prometheus/prometheus.yml",
-           "/etc/prometheus/gpufleet-rules.yml", "/etc/prometheus/targets", "/etc/alertmanager/alertmanager.yml",
+           "/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpufleet.conf", "/etc/alertmanager/alertmanager.yml",
            "/etc/systemd/system/prometheus.service", "/opt/gpufleet")
 
 
@@ -113,7 +113,17 @@ def _check_run(tmp_path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     inventory.write_text(yaml.safe_dump({"all": {
         "hosts": {SLOT: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         "children": {"slurm": {"hosts": {SLOT: None}}, "slurm_controller": {"hosts": {SLOT: None}}}}}))
-    before = _state(WATCHED)
+    # the head node's Prometheus folder as an earlier batch left it: one node of its own, and this
+    # run's slot at the address of the instance it had before a replacement
+    prom = tmp_path / "etc-prometheus"
+    (prom / "targets").mkdir(parents=True)
+    for job, port in (("dcgm-exporter", 9400), ("node-exporter", 9100)):
+        (prom / "targets" / f"{job}.json").write_text(json.dumps(
+            [{"targets": [f"10.0.0.9:{port}"], "labels": {"node": EARLIER}},
+             {"targets": [f"10.0.0.77:{port}"], "labels": {"node": SLOT}}]))
+    ev["monitoring_server_prometheus_dir"] = str(prom)
+    watched = (*WATCHED, str(prom / "targets" / "dcgm-exporter.json"), str(prom / "targets" / "node-exporter.json"))
+    before = _state(watched)
     (tmp_path / "runner").mkdir()
     runner = ansible_runner.run(
         private_data_dir=str(tmp_path / "runner"), project_dir=str(tmp_path), playbook=playbook.name,
@@ -126,7 +136,7 @@ def _check_run(tmp_path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     results = [{"task": e["event_data"].get("task"), **e["event_data"]["res"],
                 "failed": e["event"] == "runner_on_failed"}
                for e in runner.events if e["event"] in ("runner_on_ok", "runner_on_failed")]
-    assert _state(WATCHED) == before, "the check run changed files on the host"
+    assert _state(watched) == before, "the check run changed files on the host"
     return results, ev
 
 
@@ -170,15 +180,19 @@ def test_the_head_nodes_configuration_passes_promtool(check_run, tmp_path: Path)
     from tests.ops.conftest import ensure_tool
 
     results, ev = check_run
+    prom = ev["monitoring_server_prometheus_dir"]
     etc = tmp_path / "etc-prometheus"
     (etc / "targets").mkdir(parents=True)
     for name in ("prometheus.yml", "gpufleet-rules.yml"):
-        (etc / name).write_text(_after(results, f"/etc/prometheus/{name}"))
+        (etc / name).write_text(_after(results, f"{prom}/{name}"))
     for job, port in (("dcgm-exporter", 9400), ("node-exporter", 9100)):
-        rendered = json.loads(_after(results, f"/etc/prometheus/targets/{job}.json"))
-        # one target per inventory host of the scrape group, labelled with its slot, like `ops rules`
+        rendered = json.loads(_after(results, f"{prom}/targets/{job}.json"))
+        # the earlier batch's node kept; this run's slot at its gathered address, not the old one;
+        # labelled by slot like `gpufleet ops rules` writes them
+        assert [t["labels"] for t in rendered] == [{"node": SLOT}, {"node": EARLIER}]
+        assert rendered[1]["targets"] == [f"10.0.0.9:{port}"]
         (expected,) = scrape.targets([SLOT], port)
-        assert [t["labels"] for t in rendered] == [expected["labels"]]
+        assert rendered[0]["labels"] == expected["labels"] and rendered[0]["targets"] != [f"10.0.0.77:{port}"]
         assert rendered[0]["targets"][0].endswith(f":{port}")
         (etc / "targets" / f"{job}.json").write_text(json.dumps(rendered))
     checked = subprocess.run([ensure_tool("promtool"), "check", "config", "prometheus.yml"], cwd=etc,
