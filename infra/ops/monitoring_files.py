@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
-from infra.bom import Bom
+from infra.bom import Bom, load_bom, resolve_bom_path
 from infra.durable import write_atomic
 from infra.errors import ConfigError
+from infra.gates.settings import GateSettings
 from infra.ops import monitoring_counters, scrape
 from infra.ops.rules import Thresholds, rules_document
+from infra.project import Project
 from infra.spec import ClusterSpec
 
 ALERTMANAGER_PORT = 9093
@@ -66,3 +68,12 @@ def monitoring_extravars(spec: ClusterSpec, bom: Bom, t: Thresholds, stack: str,
         "monitoring_server_dcgm_port": spec.ops.dcgm_exporter_port,
         "monitoring_server_node_port": spec.ops.node_exporter_port,
     }
+
+
+def stack_monitoring_extravars(spec: ClusterSpec, project: Project, stack: str) -> dict[str, Any]:
+    """For a Slurm stack's configure runs: the files under `.gpufleet/<stack>/monitoring/`, thresholds
+    from the gates' settings and the project's BOM (as `gpufleet ops rules` takes them)."""
+    bom = load_bom(resolve_bom_path(spec, project))
+    limit = GateSettings.from_config(spec.gates, spec.cluster.instance_type).remap_uncorrectable_limit
+    t = Thresholds(spec.ops, limit, bom.components.dcgm.version, spec.storage.mount_path)
+    return monitoring_extravars(spec, bom, t, stack, project.state_dir(stack) / "monitoring")

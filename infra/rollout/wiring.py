@@ -142,6 +142,7 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
     with every batch."""
     from infra.configure.executor import stack_executor
     from infra.configure.extravars import LustreMount
+    from infra.ops.monitoring_files import stack_monitoring_extravars
     from infra.pool.slurm.files import write_slurm_config
 
     connection = connection_for(spec, outputs, project)
@@ -151,7 +152,8 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
         return stack_executor(spec, project, stack, connection, lustre=lustre)
     ip, instance_id, munge = (_output(outputs, name) for name in
                               ("slurmControllerIp", "slurmControllerInstanceId", "slurmMungeKeySecretArn"))
-    slurm_vars = write_slurm_config(spec, plan, project, stack, ip)
+    # the controller play also runs Prometheus and Alertmanager, the node play the exporters
+    slurm_vars = write_slurm_config(spec, plan, project, stack, ip) | stack_monitoring_extravars(spec, project, stack)
     return stack_executor(spec, project, stack, connection, lustre=lustre, munge_secret_id=munge, slurm_vars=slurm_vars,
                           service_hosts=[controller_host(connection, ip, instance_id)])
 

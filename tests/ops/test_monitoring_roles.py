@@ -201,3 +201,28 @@ def test_the_head_nodes_configuration_passes_promtool(check_run, tmp_path: Path)
     assert "SUCCESS" in checked.stdout + checked.stderr
     route = yaml.safe_load(_after(results, "/etc/alertmanager/alertmanager.yml"))
     assert route["route"]["receiver"] == "gpufleet"
+
+
+def test_a_real_slurm_stacks_configure_runs_carry_the_monitoring_files(tmp_path: Path) -> None:
+    """The rollout's executor for a real Slurm stack (`dev`) passes both roles their inputs."""
+    import shutil
+
+    from infra.plan import build_plan
+    from infra.project import load_project
+    from infra.rollout.wiring import real_executor
+
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    for folder in ("stacks", "images"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    project = load_project(tmp_path)
+    spec = load_stack("dev", project.stacks_dir)
+    outputs = {"bucket": "gpufleet-dev-artifacts", "slurmControllerIp": "10.0.16.10",
+               "slurmControllerInstanceId": "i-0123456789abcdef0",
+               "slurmMungeKeySecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpufleet/dev/munge"}
+    executor = real_executor(spec, build_plan(spec), project, "dev", outputs)
+    folder = project.state_dir("dev") / "monitoring"
+    assert executor.site_vars["monitoring_server_config_dir"] == str(folder)
+    assert Path(executor.site_vars["monitoring_exporters_counters_file"]).read_text() == \
+        monitoring_counters.deployed_csv(load_bom(tmp_path / "images" / "bom.yaml").components.dcgm.version)
+    assert {p.name for p in folder.iterdir()} == set(FILES.values())
+    assert executor.site_vars["slurm_conf_file"]  # beside the Slurm configuration, not instead of it
