@@ -67,7 +67,9 @@ def retried(argv: Sequence[str], tries: int = RETRIES) -> str:
 def network_commands(address: str, tools: NetworkTools) -> tuple[dict[str, str], dict[str, str]]:
     """(the server's commands, the client's commands against the server at `address`)."""
     fab = ["-p", tools.provider, "-e", "rdm", "-I", str(tools.fabric_iterations)]
-    server = {"iperf3": shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(tools.iperf3_port)]),
+    # servers run in the background under `timeout` (acceptance.yml): one whose client never
+    # comes is gone after gpufleet_acceptance_server_s, not left listening on the node
+    server = {"iperf3": shlex.join(["iperf3", "-s", "-1", "-p", str(tools.iperf3_port)]),
               "pingpong": shlex.join(["fi_pingpong", *fab, "-S", tools.fabric_sizes]),
               "rma_bw": shlex.join(["fi_rma_bw", *fab, "-o", "write"]) if tools.rma_bw else ""}
     client = {"iperf3": retried(["iperf3", "-c", address, "-p", str(tools.iperf3_port), "-t", str(tools.iperf3_seconds),
