@@ -186,14 +186,28 @@ def test_an_image_fault_needs_a_pinned_image():
 
 # --- a simulated rollout ---------------------------------------------------------------------
 
-def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(tmp_path):
-    project = make_project(tmp_path / "p")
+def _image_stack(project: Path, image: str | None) -> None:
     doc = yaml.safe_load((project / "stacks" / "Pulumi.crash40.yaml").read_text())
     cfg = doc["config"]
     cfg["gpufleet:cluster"]["name"] = "imagecheck"
-    cfg["gpufleet:acceptance"] = {"workloadImage": IMAGE}
+    if image is not None:
+        cfg["gpufleet:acceptance"] = {"workloadImage": image}
     cfg["gpufleet:simulator"] = {"seed": 3, "faults": {"image-missing": 1}}
     (project / "stacks" / "Pulumi.imagecheck.yaml").write_text(yaml.safe_dump(doc))
+
+
+def test_an_image_fault_without_an_image_is_refused_before_anything_is_launched(tmp_path):
+    project = make_project(tmp_path / "p")
+    _image_stack(project, None)
+    result = rollout(project, "imagecheck")
+    assert result.exit_code == 2 and "pins no workload image" in result.output
+    assert "Pulumi.imagecheck.yaml" in result.output
+    assert not (project / ".gpufleet" / "imagecheck" / "sim" / "ledger.jsonl").exists()
+
+
+def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(tmp_path):
+    project = make_project(tmp_path / "p")
+    _image_stack(project, IMAGE)
     result = rollout(project, "imagecheck")
     assert result.exit_code == 0, result.output
     state = journal_state(project, "imagecheck")
