@@ -50,7 +50,7 @@ def presence(listing: ImageList, image: str) -> tuple[Verdict, str | None, str]:
     if listing.runtime == "enroot":  # squashfs files are named by digest; no repository is recorded
         if digest is not None and listing.has_digest(digest):
             return P, None, digest
-        return R, "image-missing", "no squashfs of it"
+        return R, "image-missing", "; ".join(("no squashfs of it", *listing.problems))[:300]
     held = listing.digests_of(repo)
     if digest in held:
         return P, None, f"{repo}@{digest}"

@@ -103,6 +103,8 @@ def test_docker_json_lines_and_podman_arrays():
 def test_an_empty_squashfs_is_a_failed_import_not_an_image():
     listing = parse_image_list(f"0\t/var/lib/gpufleet/enroot/{DIGEST}.sqsh\n")
     assert listing.runtime == "enroot" and not listing.has_digest(DIGEST) and "failed enroot import" in listing.problems[0]
+    out = checks({B.IMAGE_LIST: f"0\t/var/lib/gpufleet/enroot/{DIGEST}.sqsh\n", B.IMAGE_GPUS: SMI_L})
+    assert out[0].reason_code == "image-missing" and "failed enroot import" in out[0].measured
 
 
 # --- the check ------------------------------------------------------------------------------

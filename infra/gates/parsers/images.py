@@ -98,7 +98,7 @@ def _from_cri(images: list) -> list[Ref]:
     return refs
 
 
-def _from_docker_line(doc: dict) -> tuple[str, str | None, str | None]:
+def _from_docker_line(doc: dict) -> Ref:
     repo = normalise(str(doc.get("Repository", "")))
     return repo, doc.get("Tag") or None, doc.get("Digest") or None
 
@@ -161,7 +161,8 @@ def parse_image_list(text: str) -> ImageList:
 
 
 def _docker_lines(text: str) -> ImageList:
-    refs, problems = [], []
+    refs: list[Ref] = []
+    problems: list[str] = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
