@@ -6,8 +6,10 @@ through `AnsibleExecutor` over SSH to four network-namespace hosts (netns_lab.py
   mount (sequential write/read, random read, create/stat/remove, the checkpoint rehearsal in
   shards); every check passes against a small modelled file system;
 - network: two disjoint pairs, iperf3 `-J`, ping and `fi_pingpong` with libfabric's tcp provider
-  (Debian's libfabric-bin; it ships no `fi_rma_bw`, so that file is "not collected"); then one
-  pair's link is limited with tc tbf and exactly that pair's TCP check fails.
+  (from Debian's libfabric-bin, unpacked into the test's folder and put on the play's PATH; it
+  ships no `fi_rma_bw`, so that file is "not collected"); then one pair's link is limited with
+  tc tbf and exactly that pair's TCP check fails;
+- `--check` runs the storage play and makes or writes nothing.
 """
 
 from __future__ import annotations
@@ -49,19 +51,36 @@ TOOLS = NetworkTools(provider="tcp", iperf3_seconds=2, iperf3_streams=4, ping_co
                      fabric_sizes="64", rma_bw=False)
 
 
+def unpacked_fabtests(dest: Path) -> Path:
+    """fi_pingpong from Debian's libfabric-bin, unpacked into `dest` rather than installed: the
+    package would put fi_info on this machine's PATH, which tells other tests (tests/gates) that
+    this host has EFA tools. Its library, libfabric1, is installed."""
+    dest.mkdir(parents=True, exist_ok=True)
+    download = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "download", "libfabric-bin"]
+    if subprocess.run(download, cwd=dest, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=300", "update", "-q"], capture_output=True)
+        proc = subprocess.run(download, cwd=dest, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    deb = next(dest.glob("libfabric-bin_*.deb"))
+    subprocess.run(["dpkg", "-x", str(deb), str(dest / "root")], check=True)
+    return dest / "root" / "usr" / "bin"
+
+
 @pytest.fixture(scope="module")
 def lab_hosts(collections_dir, tmp_path_factory):
     require_root("network namespaces with sshd")
-    ensure_system_packages("openssh-server", "openssh-client", "iproute2", "fio", "iperf3", "libfabric-bin",
+    ensure_system_packages("openssh-server", "openssh-client", "iproute2", "fio", "iperf3", "libfabric1",
                            "iputils-ping")
     tmp = tmp_path_factory.mktemp("acceptance-real")
+    fabtests = unpacked_fabtests(tmp / "fabtests")
     with NetnsLab(tmp / "lab") as lab:
         for name in HOSTS:
             lab.add_host(name)  # no chroot: the hosts share this machine's tools and folders
         runner = AnsibleConfigurator(tmp / "runner", playbook_dir=PROJECT_ROOT / "playbooks",
                                      collections=collections_dir, forks=len(HOSTS))
         executor = AnsibleExecutor(runner, SshConnection(user="root", private_key_file=lab.key, connect_timeout_s=5),
-                                   {}, context={"ansible_python_interpreter": "/usr/bin/python3"})
+                                   {}, context={"ansible_python_interpreter": "/usr/bin/python3",
+                                                "gpufleet_path": f"{fabtests}:/usr/sbin:/usr/bin:/sbin:/bin"})
         inventory = {n: Instance(n, f"i-{i:017x}", 1, i // 2, lab.hosts[n].address) for i, n in enumerate(HOSTS)}
         mount = tmp / "fsx"
         mount.mkdir()
