@@ -18,7 +18,7 @@ from infra.gates.verdict import CheckResult
 from infra.plan.model import ClusterPlan
 from infra.rollout.display import key_figures
 from infra.rollout.state import ACCEPTANCE_STAGES, NodeStage, RolloutState, StageStatus
-from infra.rollout.timeline import BatchTimes, timeline
+from infra.rollout.timeline import rollout_timeline
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -73,7 +73,7 @@ class AcceptanceLine(_M):
     """One acceptance stage: its latest attempt's verdict and every check (measured vs floor)."""
 
     stage: str
-    status: str  # not-run | running | passed | failed | retry
+    status: str  # not-run | running | passed | failed | retry | not-applicable
     verdict: str | None = None  # the worst check verdict (PASS, WARN, REMEDIATE, QUARANTINE)
     attempts: int = 0
     reason_codes: list[str] = Field(default_factory=list)
@@ -82,6 +82,7 @@ class AcceptanceLine(_M):
     bundle: str | None = None  # relative to the stack's state dir
     figures: str = ""
     imported_from: str | None = None  # the pre-journal outcome file the verdict came from
+    reason: str = ""  # why a not-applicable stage had nothing to test
     earlier: list[EarlierAttempt] = Field(default_factory=list)  # failed attempts the operator retried
     checks: list[CheckResult] = Field(default_factory=list)
 
@@ -126,7 +127,7 @@ def acceptance_lines(state: RolloutState) -> list[AcceptanceLine]:
             stage=name, status=a.status.value, verdict=outcome.get("verdict"), attempts=a.attempt,
             reason_codes=a.reason_codes, seconds=a.duration_s, timing=a.timing if a.status.decided else None,
             bundle=a.bundle, figures=key_figures(name, checks) if a.status is StageStatus.PASSED else "",
-            imported_from=a.imported, earlier=[EarlierAttempt(**f) for f in a.failures],
+            imported_from=a.imported, reason=a.reason, earlier=[EarlierAttempt(**f) for f in a.failures],
             checks=[CheckResult.model_validate(c) for c in checks]))
     return lines
 
@@ -163,9 +164,7 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
                                           blacklisted=n.blacklisted and last))
         for old, new in zip(instances, instances[1:], strict=False):
             replacements.append(Replacement(slot=slot, old_instance=old[1], new_instance=new[1]))
-    worked = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(state.batches.items())
-              if b.durations]
-    t = timeline(worked, pipelining)
+    t = rollout_timeline(state, pipelining)
     status = ("halted" if state.halted else "short" if state.finished and short
               else "complete" if state.finished else "in-progress")
     links = [p for b in batches for p in b.link_faults]

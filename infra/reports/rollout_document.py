@@ -24,8 +24,13 @@ if TYPE_CHECKING:
 
 ROLLOUT_SUITE = "gpufleet-rollout"
 PROVISION = "provision"
+NOT_APPLICABLE = "not-applicable"
+ACCEPTANCE_LANE = "acceptance"
 TIMELINE_NOTE = ("Stages after provisioning run back to back up to the batch's end; provisioning is drawn ending "
-                 "where they start (under pipelining it may have finished earlier and waited).")
+                 "where they start (under pipelining it may have finished earlier and waited; the canary's while "
+                 "the network base check ran on its first hosts). The acceptance stages are on the critical path: "
+                 "storage before the canary is provisioned, network on its first hosts, the smoke job before "
+                 "batch 2.")
 _STATUS = {"complete": Status.OK, "in-progress": Status.OK, "short": Status.FAILED, "halted": Status.FAILED}
 
 
@@ -34,7 +39,8 @@ def timeline_spans(report: RolloutReport) -> list[Span]:
 
     The report keeps each batch's end time and its seconds per stage, not stage start times: the
     stages after provisioning run back to back up to the batch's end, and provisioning is drawn
-    ending where they start (under pipelining it may have finished earlier and waited).
+    ending where they start (under pipelining it may have finished earlier and waited). The
+    acceptance stages, whose start and end the timeline keeps, share one lane.
     """
     worked = sorted((b for b in report.batches if b.seconds), key=lambda b: b.number)
     ends = report.timeline.get("batch_end_s", [])
@@ -48,11 +54,15 @@ def timeline_spans(report: RolloutReport) -> list[Span]:
         for stage, seconds in after:
             spans.append(Span(lane=lane, stage=stage, start=t, end=t + seconds))
             t += seconds
+    spans += [Span(lane=ACCEPTANCE_LANE, stage=stage, start=start, end=end)
+              for stage, (start, end) in report.timeline.get("acceptance_s", {}).items()]
     return spans
 
 
 def rollout_cases(report: RolloutReport, records: Sequence[AdmissionRecord]) -> list[TestCase]:
     cases = [check_case(c, ROLLOUT_SUITE, f"acceptance.{a.stage}") for a in report.acceptance for c in a.checks]
+    cases += [TestCase(suite=ROLLOUT_SUITE, classname=f"acceptance.{a.stage}", name=a.stage, status=CaseStatus.SKIP,
+                       message=a.reason) for a in report.acceptance if a.status == NOT_APPLICABLE]
     cases += gate_cases(records, ROLLOUT_SUITE)
     recorded = {(r.slot, r.instance_id) for r in records}
     for q in report.quarantined:
@@ -80,7 +90,8 @@ def _summary(r: RolloutReport) -> list[SummaryItem]:
                              f"pipelined {duration(t['pipelined_s'])}, lower bound {duration(t['lower_bound_s'])})")]
     statuses = {a.status for a in r.acceptance}
     if statuses:
-        tone = Tone.BAD if "failed" in statuses else Tone.GOOD if statuses == {"passed"} else Tone.INFO
+        tone = (Tone.BAD if "failed" in statuses else Tone.GOOD if statuses <= {"passed", NOT_APPLICABLE}
+                else Tone.INFO)
         out.append(SummaryItem(key="acceptance", value=", ".join(f"{a.stage} {a.status}" for a in r.acceptance),
                                tone=tone))
     if r.wall_seconds is not None:
@@ -95,7 +106,7 @@ def acceptance_blocks(report: RolloutReport) -> list[Block]:
     rows: list[list[Cell]] = []
     for a in report.acceptance:
         took = f"{duration(a.seconds)} {a.timing}" if a.seconds is not None else ""
-        what = a.figures or (", ".join(f"`{c}`" for c in a.reason_codes) if a.reason_codes else "")
+        what = a.figures or a.reason or (", ".join(f"`{c}`" for c in a.reason_codes) if a.reason_codes else "")
         earlier = "; ".join(f"attempt {e.attempt} failed ({', '.join(e.reason_codes)})" for e in a.earlier)
         rows.append([a.stage, a.status, a.verdict or "", a.attempts, took, what, earlier, a.bundle or ""])
     blocks: list[Block] = [Table(columns=["stage", "status", "verdict", "attempts", "time", "figures / reason codes",

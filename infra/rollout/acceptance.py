@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 from infra.catalog import InstanceType
 from infra.gates import acceptance as A
 from infra.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
-from infra.gates.verdict import CheckResult
+from infra.gates.verdict import CheckResult, Verdict, check_result
 from infra.plan.model import ClusterPlan
 from infra.pool.protocol import Launcher
 from infra.durable import write_atomic
@@ -40,6 +40,7 @@ from infra.spec import ClusterSpec
 
 STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
 BASE_STAGES = (STORAGE, NETWORK)
+SMOKE_TOO_FEW_NODES = "smoke-too-few-nodes"
 
 
 class AcceptanceCollector(Protocol):
@@ -64,14 +65,30 @@ class StageJournal(Protocol):
 
 
 def sample_pairs(blocks: Mapping[int, Sequence[str]], per_block: int, seed: int) -> list[tuple[str, str]]:
-    """Up to `per_block` disjoint node pairs inside each block, seeded (the same on a resume)."""
+    """Up to `per_block` disjoint node pairs inside each block, seeded (the same on a resume).
+
+    A block with a single node is paired across blocks (the management network and the EFA
+    fabric span blocks, so a cross-block pair still proves that node's links): single-node blocks
+    pair with each other, and an odd one out takes a node from the largest block first. Pairs stay
+    disjoint (each node is one test's server or client), so an odd one out with no block of two
+    to borrow from goes untested; only a single node has no pair at all.
+    """
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
-    for block in sorted(blocks):
+    shuffled: dict[int, list[str]] = {}
+    for block in sorted(blocks):  # one shuffle per block, in order: the same draws as before singles were paired
         nodes = list(blocks[block])
         rng.shuffle(nodes)
-        pairs += [(nodes[2 * i], nodes[2 * i + 1]) for i in range(min(per_block, len(nodes) // 2))]
-    return pairs
+        shuffled[block] = nodes
+    singles = [nodes[0] for nodes in shuffled.values() if len(nodes) == 1]
+    cross: list[tuple[str, str]] = []
+    donors = [b for b, nodes in shuffled.items() if len(nodes) >= 2]
+    if len(singles) % 2 and donors:
+        donor = max(donors, key=lambda b: len(shuffled[b]))  # the lowest such block on a tie
+        cross.append((singles.pop(), shuffled[donor].pop()))
+    cross += [(singles[2 * i], singles[2 * i + 1]) for i in range(len(singles) // 2)]
+    pairs = [(nodes[2 * i], nodes[2 * i + 1]) for nodes in shuffled.values() if len(nodes) >= 2
+             for i in range(min(per_block, len(nodes) // 2))]
+    return pairs + cross
 
 
 def _local_journal(state_dir: Path, stack: str) -> StageJournal:
@@ -123,24 +140,54 @@ class AcceptanceRunner:
         return adopted
 
     def base_checks(self, blocks: Mapping[int, Sequence[str]]) -> list[A.StageOutcome]:
-        """Storage, then network; stops at the first stage that fails."""
+        """Storage, then network; stops at the first stage that fails.
+
+        The network stage with no node pair to test (one node) is journaled not applicable: a
+        verdict from no checks would be a pass with no evidence."""
         done: list[A.StageOutcome] = []
+        nodes = [n for b in sorted(blocks) for n in blocks[b]]
+        pairs = sample_pairs(blocks, self.spec.acceptance.efa_pairs_per_block, seed=len(nodes))
         for stage in BASE_STAGES:
-            nodes = [n for b in sorted(blocks) for n in blocks[b]]
-            pairs = sample_pairs(blocks, self.spec.acceptance.efa_pairs_per_block, seed=len(nodes))
-            outcome = self._stage(stage, nodes[: self.spec.acceptance.storage_clients] if stage == STORAGE else nodes,
-                                  pairs if stage == NETWORK else [])
+            if stage == NETWORK and not pairs:
+                outcome = self._not_applicable(NETWORK, nodes, f"{len(nodes)} node(s): no node pair to test")
+            else:
+                outcome = self._stage(stage, nodes[: self.spec.acceptance.storage_clients] if stage == STORAGE
+                                      else nodes, pairs if stage == NETWORK else [])
             done.append(outcome)
             if not outcome.passed:
                 break
         return done
 
     def smoke(self, nodes: Sequence[str]) -> A.StageOutcome:
-        """The training smoke job on two to four admitted nodes of the canary batch."""
+        """The training smoke job on two to four admitted nodes of the canary batch.
+
+        Fewer than two admitted nodes is a failed stage (`smoke-too-few-nodes`), journaled like
+        any verdict, so the halt shows in the display and reports and `--retry-stage smoke` runs
+        it again once replacements are admitted."""
         want = self.spec.acceptance.smoke_nodes
-        if len(nodes) < 2:
-            raise ValueError(f"the smoke job needs at least 2 admitted nodes, got {len(nodes)}")
+        if len(nodes) < 2 and self.recorded(SMOKE) is None:
+            return self._too_few_nodes(list(nodes))
         return self._stage(SMOKE, list(nodes)[:want], [])
+
+    def _too_few_nodes(self, nodes: list[str]) -> A.StageOutcome:
+        check = check_result("smoke.nodes", "Q", f"{len(nodes)} admitted canary node(s)", ">= 2 admitted canary nodes",
+                             Verdict.QUARANTINE, SMOKE_TOO_FEW_NODES,
+                             f"the training smoke job runs on 2 to 4 admitted canary nodes; {len(nodes)} admitted",
+                             A.REF)
+        outcome = A.stage_outcome(SMOKE, [check])
+        self.journal.append({"type": "acceptance", "stage": SMOKE, "to": "started", "nodes": nodes, "pairs": []})
+        self.journal.append({"type": "acceptance", "stage": SMOKE, "to": "failed",
+                             "outcome": outcome.model_dump(mode="json"), "duration_s": 0.0, "timing": "measured"})
+        return outcome
+
+    def _not_applicable(self, stage: str, nodes: Sequence[str], reason: str) -> A.StageOutcome:
+        done = self.recorded(stage)
+        if done is not None:
+            return done
+        outcome = A.stage_outcome(stage, [])
+        self.journal.append({"type": "acceptance", "stage": stage, "to": "not-applicable", "reason": reason,
+                             "nodes": list(nodes), "outcome": outcome.model_dump(mode="json")})
+        return outcome
 
     def _stage(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]]) -> A.StageOutcome:
         done = self.recorded(stage)
@@ -246,8 +293,6 @@ class AcceptanceHooks:
         return None
 
     def after_canary(self, admitted: Sequence[str]) -> str | None:
-        if len(admitted) < 2:
-            return f"acceptance smoke: needs 2 admitted canary nodes, {len(admitted)} admitted"
         return halt_reason(self.runner.smoke(admitted))
 
 

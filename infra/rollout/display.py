@@ -57,6 +57,8 @@ def stage_detail(a: AcceptanceState) -> str:
     """What the display and the summary say of one acceptance stage after its status."""
     if a.status is StageStatus.RUNNING:
         return f"attempt {a.attempt} on {len(a.nodes)} nodes" + (f", {len(a.pairs)} pairs" if a.pairs else "")
+    if a.status is StageStatus.NOT_APPLICABLE:
+        return f"nothing to test ({a.reason})"
     if a.status is StageStatus.RETRY:
         return f"to run again (attempt {a.attempt} failed: {', '.join(a.failures[-1]['reason_codes'])})"
     checks = (a.outcome or {}).get("checks", ())
@@ -149,7 +151,8 @@ class RichDisplay:
         t = Table(title="acceptance stages")
         for col in ("stage", "status", "figures / reason"):
             t.add_column(col)
-        style = {"passed": "green", "failed": "bold red", "running": "yellow", "retry": "yellow"}
+        style = {"passed": "green", "failed": "bold red", "running": "yellow", "retry": "yellow",
+                 "not-applicable": "dim"}
         for r in stages:  # Text, not markup: check ids hold brackets (net.tcp[a--b])
             t.add_row(r["stage"], Text(r["status"], style=style[r["status"]]), Text(r["detail"]))
         return Group(t, self._batches(state))

@@ -20,6 +20,8 @@ One event may move many nodes at once (a stage over a batch is one action, so on
     {"type": "acceptance", "stage": ..., "to": "passed" | "failed", "outcome": <StageOutcome JSON>,
      "duration_s": ..., "timing": "modelled" | "measured", "imported": <legacy outcome file>?}
     {"type": "acceptance", "stage": ..., "to": "retry"}  (the operator reruns a failed stage)
+    {"type": "acceptance", "stage": ..., "to": "not-applicable", "reason": ..., "outcome": <StageOutcome JSON>}
+     (nothing to test: a network check on one node has no pair; no verdict, and no halt)
 
 Acceptance stages (stack-level, DESIGN.md section 6): a stage with a journaled verdict is never
 collected again; one started and not decided (a crash inside it) runs again from the start; a
@@ -83,10 +85,11 @@ class StageStatus(str, Enum):
     PASSED = "passed"
     FAILED = "failed"
     RETRY = "retry"  # failed, and the operator asked for it to run again
+    NOT_APPLICABLE = "not-applicable"  # nothing to test (one node: no pair); not a pass, and no halt
 
     @property
     def decided(self) -> bool:
-        return self in (StageStatus.PASSED, StageStatus.FAILED)
+        return self in (StageStatus.PASSED, StageStatus.FAILED, StageStatus.NOT_APPLICABLE)
 
 
 class BatchStage(str, Enum):
@@ -174,6 +177,7 @@ class AcceptanceState:
     duration_s: float | None = None
     timing: str = "measured"  # "modelled" on the simulator
     imported: str | None = None  # the pre-journal outcome file the verdict was converted from
+    reason: str = ""  # why a not-applicable stage had nothing to test
     failures: list[dict[str, Any]] = field(default_factory=list)  # {attempt, reason_codes, bundle} retried
 
     @property
@@ -443,6 +447,17 @@ def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
             a.bundle = e["bundle"]
         if imported:
             a.nodes, a.pairs = list(e.get("nodes", ())), [tuple(p) for p in e.get("pairs", ())]
+    elif to == StageStatus.NOT_APPLICABLE.value:
+        if state.halted or state.finished:
+            raise IllegalTransition(f"acceptance {name}: the rollout is {'halted' if state.halted else 'finished'}")
+        if a is not None and a.status.decided:
+            raise IllegalTransition(f"acceptance {name}: its verdict is journaled ({a.status.value})")
+        outcome = e["outcome"]
+        if not outcome.get("passed") or outcome.get("checks"):
+            raise IllegalTransition(f"acceptance {name}: not applicable, yet its outcome holds checks or a failure")
+        a = state.acceptance[name] = a or AcceptanceState(stage=name)
+        a.status, a.outcome, a.reason, a.duration_s = StageStatus.NOT_APPLICABLE, dict(outcome), str(e["reason"]), None
+        a.nodes, a.pairs = list(e.get("nodes", ())), []
     elif to == StageStatus.RETRY.value:
         if a is None or a.status is not StageStatus.FAILED:
             raise IllegalTransition(f"acceptance {name}: only a failed stage is retried, this one is "

@@ -7,17 +7,28 @@ A batch's path is its provisioning P, then everything after it (configure, prefl
 baselines, replacements) G. Sequential: batches back to back. Pipelined: batch k+1 is provisioned
 while batch k is gated (from the end of k's configure), never while the canary runs (the canary
 must pass before anything else is bought); k+1's configure starts when both its instances are up
-and batch k is done (one orchestrator works batch by batch). The lower bound is the canary's path
-plus the longest other batch's path: no schedule beats it with one canary first.
+and batch k is done (one orchestrator works batch by batch).
+
+The stack-level acceptance stages (DESIGN.md section 6) sit on the critical path where the flow
+puts them: the storage base check before the canary is provisioned (a shortfall halts before any
+GPU node is bought), the network base check on the canary's first hosts once they are up (it
+needs nodes; its configure waits for it), and the training smoke job on the canary's admitted
+nodes before batch 2 is provisioned (nothing after the canary is bought until it passes). So
+they delay every batch, under either schedule, by their sum. The lower bound is the storage
+check, the canary's path with the network check and the smoke job, plus the longest other
+batch's path: no schedule beats it with one canary first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+from infra.rollout.state import ACCEPTANCE_STAGES, RolloutState, StageStatus
 
 PROVISION = "provision"
 CONFIGURE = "configure"
+STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
 
 
 @dataclass(frozen=True)
@@ -38,23 +49,65 @@ class BatchTimes:
 
 
 @dataclass(frozen=True)
+class StackStages:
+    """The acceptance stages' seconds: 0 for a stage not run, not applicable, or on a stack without them."""
+
+    storage: float = 0.0
+    network: float = 0.0
+    smoke: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.storage + self.network + self.smoke
+
+    @classmethod
+    def from_state(cls, state: RolloutState) -> "StackStages":
+        """The seconds the journal gives each stage's decided attempt (one still running counts 0).
+
+        An attempt that failed and was retried is not counted: time-to-pool is the flow's, and the
+        time before an operator's retry is not a stage's."""
+        seconds = {name: a.duration_s or 0.0 for name, a in state.acceptance.items()
+                   if a.status in (StageStatus.PASSED, StageStatus.FAILED, StageStatus.NOT_APPLICABLE)}
+        return cls(**{name: float(seconds.get(name, 0.0)) for name in ACCEPTANCE_STAGES})
+
+
+@dataclass(frozen=True)
 class Timeline:
     sequential_s: float
     pipelined_s: float
     lower_bound_s: float
     batch_end_s: tuple[float, ...]  # per batch, under the schedule the stack uses
+    # acceptance stage -> (start, end) under the schedule the stack uses; stages that took no time are left out
+    acceptance_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         return {"sequential_s": round(self.sequential_s, 1), "pipelined_s": round(self.pipelined_s, 1),
                 "lower_bound_s": round(self.lower_bound_s, 1),
-                "batch_end_s": [round(x, 1) for x in self.batch_end_s]}
+                "batch_end_s": [round(x, 1) for x in self.batch_end_s],
+                "acceptance_s": {k: [round(a, 1), round(b, 1)] for k, (a, b) in self.acceptance_s.items()}}
 
 
-def schedule(batches: Sequence[BatchTimes], pipelining: bool) -> list[float]:
-    """End time of each batch."""
+@dataclass(frozen=True)
+class _Schedule:
+    batch_end: list[float]
+    stages: dict[str, tuple[float, float]]
+
+    @property
+    def end(self) -> float:
+        return max([*self.batch_end, *(e for _, e in self.stages.values())], default=0.0)
+
+
+def _run(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages) -> _Schedule:
+    spans: dict[str, tuple[float, float]] = {}
+
+    def stage(name: str, at: float, seconds: float) -> float:
+        if seconds:
+            spans[name] = (at, at + seconds)
+        return at + seconds
+
     ends: list[float] = []
-    prev_end = 0.0
-    prev_gate_start = 0.0
+    prev_end = stage(STORAGE, 0.0, stages.storage)
+    prev_gate_start = prev_end
     for i, b in enumerate(batches):
         if pipelining and i >= 2:  # after the canary (index 0) and the first batch after it
             start_p = prev_gate_start
@@ -62,15 +115,42 @@ def schedule(batches: Sequence[BatchTimes], pipelining: bool) -> list[float]:
             start_p = prev_end
         end_p = start_p + b.provision
         start = max(end_p, prev_end)
+        if i == 0:
+            start = stage(NETWORK, start, stages.network)
         prev_gate_start = start + b.configure
         prev_end = start + b.configure + b.rest
         ends.append(prev_end)
-    return ends
+        if i == 0:
+            prev_end = stage(SMOKE, prev_end, stages.smoke)
+    if not batches:  # halted before the canary: the stages that ran, back to back
+        stage(SMOKE, stage(NETWORK, prev_end, stages.network), stages.smoke)
+    return _Schedule(ends, spans)
 
 
-def timeline(batches: Sequence[BatchTimes], pipelining: bool) -> Timeline:
-    seq = schedule(batches, False)
-    pipe = schedule(batches, True)
-    lower = (batches[0].path + max((b.path for b in batches[1:]), default=0.0)) if batches else 0.0
-    return Timeline(sequential_s=seq[-1] if seq else 0.0, pipelined_s=pipe[-1] if pipe else 0.0,
-                    lower_bound_s=lower, batch_end_s=tuple(pipe if pipelining else seq))
+def schedule(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> list[float]:
+    """End time of each batch (the acceptance stages before and inside it included)."""
+    return _run(batches, pipelining, stages).batch_end
+
+
+def elapsed(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> float:
+    """The modelled time so far: the last batch's or acceptance stage's end."""
+    return _run(batches, pipelining, stages).end
+
+
+def timeline(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> Timeline:
+    seq = _run(batches, False, stages)
+    pipe = _run(batches, True, stages)
+    lower = stages.total + ((batches[0].path + max((b.path for b in batches[1:]), default=0.0)) if batches else 0.0)
+    used = pipe if pipelining else seq
+    return Timeline(sequential_s=seq.end, pipelined_s=pipe.end, lower_bound_s=lower,
+                    batch_end_s=tuple(used.batch_end), acceptance_s=dict(used.stages))
+
+
+def worked_batches(state: RolloutState) -> list[BatchTimes]:
+    """The batches that have taken time, in order, with the seconds the journal gives their stages."""
+    return [BatchTimes.from_durations(n, b.durations) for n, b in sorted(state.batches.items()) if b.durations]
+
+
+def rollout_timeline(state: RolloutState, pipelining: bool) -> Timeline:
+    """The journal's rollout as a timeline: its worked batches and its acceptance stages."""
+    return timeline(worked_batches(state), pipelining, StackStages.from_state(state))

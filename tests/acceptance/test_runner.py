@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from infra.plan import build_plan
 from infra.rollout.acceptance import AcceptanceRunner, sample_pairs
@@ -88,5 +87,7 @@ def test_pairs_are_disjoint_inside_blocks_and_seeded():
 
 
 def test_smoke_needs_two_nodes(tmp_path):
-    with pytest.raises(ValueError, match="at least 2"):
-        _runner(tmp_path).smoke(["only-one"])
+    runner = _runner(tmp_path)
+    outcome = runner.smoke(["only-one"])  # a failed, journaled stage (retryable), not an exception
+    assert not outcome.passed and outcome.reason_codes == ("smoke-too-few-nodes",)
+    assert runner.journal.state.acceptance["smoke"].status.value == "failed"
