@@ -244,6 +244,12 @@ def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
     assert all(x["action"] == "admit" for x in json.loads(plain.stdout[:plain.stdout.rindex("]") + 1]))
     bad = CliRunner().invoke(main, ["gate", str(d), "--workload-image", "nccl-tests:latest"])
     assert bad.exit_code == 2 and "not pinned by digest" in bad.output
+    project = make_project(tmp_path / "p")
+    _image_stack(project, IMAGE)  # -s STACK: the stack's acceptance.workloadImage
+    by_stack = CliRunner().invoke(main, ["--project", str(project), "gate", str(d), "--json", "-s", "imagecheck"])
+    assert by_stack.exit_code == 0, by_stack.output
+    records = {x["slot"]: x for x in json.loads(by_stack.stdout[:by_stack.stdout.rindex("]") + 1])}
+    assert records["lacks"]["reason_codes"][0] == "image-missing" and records["has"]["action"] == "admit"
 
 
 def test_the_stack_executor_hands_the_image_to_configure_and_preflight():
