@@ -138,19 +138,29 @@ class Holder:
 
 
 @runtime_checkable
-class Evicting(Protocol):
+class HasHolders(Protocol):
+    """A pool that can name the running work on its slots (Kubernetes, Slurm, the simulator).
+
+    Why apart from `Evicting`: a held drain is reported with the workloads that hold it on every
+    pool that can say, though only Kubernetes ends work; a Slurm drain waits for its jobs by design.
+    `holders`: the work running on the slots now, one entry per (work, slot); none for an idle slot.
+    """
+
+    def holders(self, slots: Sequence[str]) -> list[Holder]: ...
+
+
+@runtime_checkable
+class Evicting(HasHolders, Protocol):
     """What a pool that can end running work offers a drain (Kubernetes; optional, nothing else needs it).
 
     `cordon`: mark the slots' nodes unschedulable (False: schedulable again); idempotent.
-    `holders`: the work holding the slots' GPUs now.
+    `holders` (from `HasHolders`): the work holding the slots' GPUs now.
     `evict`: ask every GPU pod on the slots to leave through the eviction API, honouring disruption
     budgets: a refused eviction is tried again with backoff until `deadline_s`; returns what is still
     refused then (pods already gone count as evicted).
     """
 
     def cordon(self, slots: Sequence[str], on: bool = True) -> None: ...
-
-    def holders(self, slots: Sequence[str]) -> list[Holder]: ...
 
     def evict(self, slots: Sequence[str], deadline_s: float) -> list[Holder]: ...
 

@@ -3,8 +3,10 @@
 Why a file: a simulated rollout is interrupted and resumed like a real one, and `gpufleet pool -s
 local` reads the pool another process left. Every change is written atomically (temp file, fsync,
 rename, fsync of the folder) under an exclusive lock, so a crash leaves the old or the new pool,
-never half of one. The launcher is injected: the fabric model of `infra.sim` in the `local` stack,
-a small fake in tests.
+never half of one. Running work is the scheduler's side of the file: a node's `busy` flag, and
+the work's name under `work` (slot -> name) where whoever placed it gave one; the pool keeps both
+as it finds them and names the work when a drain is held (`holders`). The launcher is injected:
+the fabric model of `infra.sim` in the `local` stack, a small fake in tests.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from infra.durable import write_atomic
 from infra.errors import PoolError
 from infra.gates.admission import AdmissionRecord
 from infra.pool import transitions
-from infra.pool.protocol import Launcher, NodeState, PendingNode, PoolNode, PoolState
+from infra.pool.protocol import Holder, Launcher, NodeState, PendingNode, PoolNode, PoolState
 
 POOL_FILE = "pool.json"
 FORMAT_VERSION = 1
@@ -111,6 +113,13 @@ class SimPool:
         doc = self._read()
         return PoolState(nodes={slot: _node(raw) for slot, raw in sorted(doc["nodes"].items())})
 
+    def holders(self, slots: Sequence[str]) -> list[Holder]:
+        """The named work on the busy ones of `slots`; a busy node whose work has no name is left out
+        (the drain then reports the slot itself)."""
+        doc = self._read()
+        return [Holder(slot=slot, workload=doc["work"][slot]) for slot in slots
+                if doc["nodes"].get(slot, {}).get("busy") and doc["work"].get(slot)]
+
     def launcher(self) -> Launcher:
         if self._launcher is None:
             raise PoolError("this simulated pool was opened without a launcher (status only); "
@@ -136,20 +145,21 @@ class SimPool:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return {"version": FORMAT_VERSION, "nodes": {}, "released": {}}
+            return {"version": FORMAT_VERSION, "nodes": {}, "released": {}, "work": {}}
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._cache is not None and self._cache[0] == key:
             doc = self._cache[1]
-            return {"version": doc["version"], "nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
-        doc = self._parse()
-        self._cache = (key, doc)
-        return {"version": doc["version"], "nodes": dict(doc["nodes"]), "released": dict(doc["released"])}
+        else:
+            doc = self._parse()
+            self._cache = (key, doc)
+        return {"version": doc["version"], "nodes": dict(doc["nodes"]), "released": dict(doc["released"]),
+                "work": dict(doc["work"])}
 
     def _parse(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {"version": FORMAT_VERSION, "nodes": {}, "released": {}}
+            return {"version": FORMAT_VERSION, "nodes": {}, "released": {}, "work": {}}
         except OSError as exc:
             raise PoolError(f"cannot read the simulated pool {self.path}: {exc.strerror}") from None
         try:
@@ -161,6 +171,9 @@ class SimPool:
             raise PoolError(f"{self.path}: not a version-{FORMAT_VERSION} simulated pool file")
         doc.setdefault("nodes", {})
         doc.setdefault("released", {})
+        doc.setdefault("work", {})
+        if not isinstance(doc["work"], dict) or not all(isinstance(v, str) for v in doc["work"].values()):
+            raise PoolError(f"{self.path}: `work` must map slots to the names of the work running there")
         return doc
 
     @contextmanager
@@ -191,7 +204,8 @@ class SimPool:
                 self._fragments[slot] = known
             parts.append(known[1])
         released = json.dumps(doc["released"], sort_keys=True, separators=(",", ":"))
-        return f'{{"nodes":{{{",".join(parts)}}},"released":{released},"version":{doc["version"]}}}'
+        work = f',"work":{json.dumps(doc["work"], sort_keys=True, separators=(",", ":"))}' if doc["work"] else ""
+        return f'{{"nodes":{{{",".join(parts)}}},"released":{released},"version":{doc["version"]}{work}}}'
 
 
 def _dump(node: PoolNode) -> dict[str, Any]:

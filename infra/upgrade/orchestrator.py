@@ -31,7 +31,7 @@ from infra.errors import ConfigError, UsageError
 from infra.gates import versions as gate_versions
 from infra.gates.admission import AdmissionRecord
 from infra.gates.settings import GateSettings
-from infra.pool.protocol import Evicting, NodeState, PendingNode
+from infra.pool.protocol import Evicting, HasHolders, NodeState, PendingNode
 from infra.durable import write_atomic
 from infra.rollout.orchestrator import Adapters
 from infra.rollout.ports import Executor, Instance
@@ -276,7 +276,7 @@ class Upgrader:
         them, and evicts what still runs `upgrade.evictAfterS` into the drain; it uncordons them at the
         end, since the gates' own pods must schedule there (the gate taint keeps other work out).
         Returns what still holds the nodes at the `drainTimeoutS` deadline: the holding workloads where
-        the pool can name them, else the busy slots."""
+        the pool can name them (`HasHolders`: Kubernetes, Slurm, the simulator), else the busy slots."""
         d, cfg = self.d, self.d.spec.upgrade
         pool = d.pool.state()
         d.pool.register_pending([PendingNode(slot=s, block=self.slots[s].block,
@@ -284,6 +284,7 @@ class Upgrader:
                                              instance_id=pool.nodes[s].instance_id if s in pool.nodes else None)
                                  for s in slots])
         evicting = d.pool if isinstance(d.pool, Evicting) else None
+        naming = d.pool if isinstance(d.pool, HasHolders) else None
         start = self.monotonic()
         deadline = start + cfg.drain_timeout_s
         evict_at = start + cfg.eviction_after_s if evicting is not None else None
@@ -300,8 +301,9 @@ class Upgrader:
                     evicting.evict(busy, deadline - now)
                     continue
                 if now >= deadline:
-                    named = [str(h) for h in evicting.holders(busy)] if evicting is not None else []
-                    return named or busy
+                    found = naming.holders(busy) if naming is not None else []
+                    named = {h.slot for h in found}
+                    return [str(h) for h in found] + [s for s in busy if s not in named]  # unnamed: the slot
                 self.sleep(self.poll_s)
         finally:
             if evicting is not None:

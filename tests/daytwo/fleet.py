@@ -72,10 +72,18 @@ def admitted(project: Path) -> list[str]:
     return sorted(s for s, n in pool_doc(project)["nodes"].items() if n["state"] == "admitted" and not n["failures"])
 
 
-def set_busy(project: Path, slot: str, busy: bool = True) -> None:
-    """A job lands on (or leaves) a node of the simulated pool, as the scheduler would show it."""
+def set_busy(project: Path, slot: str, busy: bool = True, work: str | None = None) -> None:
+    """A job lands on (or leaves) a node of the simulated pool, as the scheduler would show it;
+    `work`: the job's name, which the pool reports when the job holds a drain."""
     path = state_dir(project) / "pool.json"
     doc = json.loads(path.read_text())
     doc["nodes"][slot]["busy"] = busy
+    names = doc.setdefault("work", {})
+    if busy and work is not None:
+        names[slot] = work
+    else:
+        names.pop(slot, None)
+    if not names:
+        del doc["work"]
     write_atomic(path, json.dumps(doc, sort_keys=True))
     os.utime(path)

@@ -148,6 +148,7 @@ def test_rollback_returns_every_upgraded_group_to_the_previous_version(fleet):
 
 
 def test_a_drain_held_by_running_work_halts_with_the_holding_nodes_and_returns_them(fleet):
+    job = "train/job/4242 llm-pretrain | step 3 (alice)"
     retarget(fleet)
     project = load_project(fleet)
     with open_day_two(STACK, "upgrade", project=project) as d:
@@ -160,11 +161,11 @@ def test_a_drain_held_by_running_work_halts_with_the_holding_nodes_and_returns_t
 
         def drain_under_a_running_job(nodes):
             register(nodes)
-            set_busy(fleet, first)  # the drain stops new work; the job already there keeps running
+            set_busy(fleet, first, work=job)  # the drain stops new work; the job already there keeps running
 
         pool.register_pending = drain_under_a_running_job
         outcome = up.run()
-    assert outcome.halted and first in outcome.message and "running work holds" in outcome.message
+    assert outcome.halted and f"running work holds {job} on {first};" in outcome.message
     assert pool_doc(fleet)["nodes"][first]["state"] == "admitted"  # returned unchanged
 
 

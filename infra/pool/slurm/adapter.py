@@ -20,10 +20,11 @@ from infra.errors import PoolError
 from infra.gates.admission import AdmissionRecord
 from infra.gates.launch import LaunchSpec
 from infra.pool import transitions
-from infra.pool.protocol import (PENDING_REASON, LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState,
-                                 record_summary)
+from infra.pool.protocol import (PENDING_REASON, Holder, LaunchResult, Launcher, NodeState, PendingNode, PoolNode,
+                                 PoolState, record_summary)
 from infra.pool.slurm.cli import SlurmCli
 from infra.pool.slurm.conf import hostlist, parse_version
+from infra.pool.slurm.jobs import parse_squeue, squeue_argv
 from infra.pool.slurm.nodes import (RELEASED_REASON, Comment, SlurmNode, parse_comment, parse_json, parse_text,
                                     pool_node, reason_for, released_failures)
 
@@ -71,6 +72,17 @@ class SlurmPool:
     def state(self) -> PoolState:
         nodes = {name: pool_node(n) for name, n in sorted(self.nodes().items())}
         return PoolState(nodes={k: v for k, v in nodes.items() if v is not None})
+
+    def holders(self, slots: Sequence[str]) -> list[Holder]:
+        """The jobs running (or completing) on `slots`, one Holder per job and slot, from ONE squeue.
+
+        Read only: a Slurm drain waits for its jobs by design, so nothing here ends one."""
+        if not slots:
+            return []
+        asked = set(slots)
+        named = slots[0] if len(asked) == 1 else None
+        jobs = parse_squeue(self.cli.run(squeue_argv(hostlist(sorted(asked))), node=named))
+        return [Holder(slot=node, workload=job.workload()) for job in jobs for node in job.nodes if node in asked]
 
     # --- the port -------------------------------------------------------------------------
 
