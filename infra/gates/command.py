@@ -155,6 +155,8 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
         counts = {a: sum(1 for r in records if r.action is a) for a in Action}
         click.echo(f"{len(records)} node(s): {counts[Action.ADMIT]} admit, {counts[Action.RETEST]} retest, "
                    f"{counts[Action.QUARANTINE]} quarantine")
+        click.echo(f"workload image: {image}" if image is not None else
+                   "workload image: not applicable (no --workload-image, and no acceptance.workloadImage)")
     bad = [r.slot for r in records if r.action is Action.QUARANTINE]
     if bad:
         raise GateFailed(f"{len(bad)} node(s) quarantined: {', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}")

@@ -242,6 +242,8 @@ def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
         "image-missing", "image-gpus-not-visible"]
     plain = CliRunner().invoke(main, ["gate", str(d), "--json"])  # no image named: the checks do not apply
     assert all(x["action"] == "admit" for x in json.loads(plain.stdout[:plain.stdout.rindex("]") + 1]))
+    text = CliRunner().invoke(main, ["gate", str(d)])
+    assert "workload image: not applicable" in text.output and "image." not in text.output
     bad = CliRunner().invoke(main, ["gate", str(d), "--workload-image", "nccl-tests:latest"])
     assert bad.exit_code == 2 and "not pinned by digest" in bad.output
     project = make_project(tmp_path / "p")
