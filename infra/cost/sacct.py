@@ -15,13 +15,13 @@ back into the name (every other field cannot contain one).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol, Sequence
 
 from infra.cost.usage import JobUsage, utc
+from infra.pool.slurm.hostlist import expand_hostlist
 
 FIELDS = ("JobID", "JobName", "Account", "Partition", "AllocTRES", "Start", "End", "Elapsed", "State", "NodeList")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -50,39 +50,6 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout_s: float = 300
 def sacct_argv(start: datetime, end: datetime) -> list[str]:
     return ["sacct", "-a", "-X", "-P", "-n", "--format=" + ",".join(FIELDS),
             "-S", start.astimezone(timezone.utc).strftime(TIME_FORMAT), "-E", end.astimezone(timezone.utc).strftime(TIME_FORMAT)]
-
-
-def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Slurm's hostlist, e.g. `gpu-[01-03,07],cpu5` -> gpu-01 gpu-02 gpu-03 gpu-07 cpu5 (zero padding kept)."""
-    text = text.strip()
-    if not text or text in ("None assigned", "(null)"):
-        return ()
-    parts: list[str] = []
-    depth, cur = 0, ""
-    for ch in text:
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        depth += ch == "["
-        depth -= ch == "]"
-        cur += ch
-    parts.append(cur)
-    out: list[str] = []
-    for part in filter(None, parts):
-        m = re.fullmatch(r"(.*?)\[([^\]]+)\](.*)", part)
-        if not m:
-            out.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for rng in ranges.split(","):
-            lo, _, hi = rng.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise ValueError(f"bad hostlist range {rng!r} in {text!r}")
-            width = len(lo)
-            for n in range(int(lo), int(hi or lo) + 1):
-                out.extend(f"{prefix}{n:0{width}d}{s}" for s in expand_hostlist(suffix) or ("",))
-    return tuple(out)
 
 
 def alloc_gpus(tres: str) -> int:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from infra import catalog
 from infra.cli import main
 from infra.catalog_prices import PRICES
+from infra.pool.slurm.hostlist import expand_hostlist
 from infra.cost import intervals as iv
 from infra.cost import kueue, prometheus, sacct
 from infra.cost.document import cost_document
@@ -76,9 +77,9 @@ def test_a_truncated_sacct_line_is_an_error_naming_the_line_not_a_silent_drop() 
 
 
 def test_hostlists_expand_like_slurm() -> None:
-    assert sacct.expand_hostlist("gpu-[01-03,07],login") == ("gpu-01", "gpu-02", "gpu-03", "gpu-07", "login")
-    assert sacct.expand_hostlist("b[8-10]") == ("b8", "b9", "b10")
-    assert sacct.expand_hostlist("None assigned") == ()
+    assert expand_hostlist("gpu-[01-03,07],login") == ("gpu-01", "gpu-02", "gpu-03", "gpu-07", "login")
+    assert expand_hostlist("b[8-10]") == ("b8", "b9", "b10")
+    assert expand_hostlist("None assigned") == ()
     with pytest.raises(ValueError, match="bad hostlist range"):
         sacct.expand_hostlist("gpu-[a-b]")
 

@@ -33,6 +33,7 @@ from infra.errors import ConfigError, PoolError
 from infra.ops.access import allow_accounts
 from infra.plan.model import ClusterPlan, PartitionAllocation
 from infra.pool.protocol import PENDING_REASON
+from infra.pool.slurm.hostlist import hostlist
 from infra.spec import ClusterSpec, PartitionMode
 
 # The ports a real cluster's slurm.conf names; the security groups (infra/cloud/network.py) open
@@ -96,35 +97,6 @@ def parse_version(version: str) -> tuple[int, int]:
 
 def topology_kind(version: str) -> TopologyKind:
     return "block" if parse_version(version) >= BLOCK_TOPOLOGY_SINCE else "tree"
-
-
-def hostlist(names: Sequence[str]) -> str:
-    """Slurm's compressed form: runs of one prefix with consecutive zero-padded numbers."""
-    out: list[str] = []
-    run: list[tuple[str, str]] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        prefix, first = run[0]
-        last = run[-1][1]
-        out.append(f"{prefix}{first}" if len(run) == 1 else f"{prefix}[{first}-{last}]")
-        run.clear()
-
-    for name in names:
-        m = re.match(r"^(.*?)(\d+)$", name)
-        if not m:
-            flush()
-            out.append(name)
-            continue
-        prefix, digits = m.groups()
-        if run and run[0][0] == prefix and len(run[-1][1]) == len(digits) and int(run[-1][1]) + 1 == int(digits):
-            run.append((prefix, digits))
-        else:
-            flush()
-            run.append((prefix, digits))
-    flush()
-    return ",".join(out)
 
 
 def block_name(block: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from infra.cost.sacct import expand_hostlist
+from infra.pool.slurm.hostlist import expand_hostlist
 from infra.errors import PoolError
 
 FIELDS = ("%i", "%P", "%u", "%a", "%N", "%j")  # job id, partition, user, account, nodes, name (free text, last)
