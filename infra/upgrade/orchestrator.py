@@ -413,7 +413,7 @@ class Upgrader:
             if holding:  # running work outlasted the deadline: the group stays upgraded, rerun to continue
                 for slot, raw in sorted(g.records.items()):
                     self.d.pool.admit(slot, AdmissionRecord.model_validate(raw))
-                return Outcome(up, f"rollback of group {g.number} held: running work on {', '.join(holding)} "
+                return Outcome(up, f"rollback of group {g.number} held: running work ({', '.join(holding)}) "
                                    f"outlasted {self.d.spec.upgrade.drain_timeout_s:g} s; the group stays upgraded "
                                    "(rerun `gpufleet upgrade --rollback`)", halted=True, groups_done=undone)
             self._roll_back(g)
