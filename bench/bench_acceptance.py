@@ -1,12 +1,14 @@
 """Modelled time-to-pool for 1,000 GPUs with the acceptance stages, per stage.
 
-Run: python bench/bench_acceptance.py [--gpus 1000]. The rollout's own modelled timeline comes
-from a real simulated rollout of the `local` stack scaled to the size (bench/bench_rollout.py's
-project, in a child process); the acceptance stages' durations from infra.sim.acceptance
-(what fio, iperf3, ping, fabtests and the smoke job report they ran for, on the plan's file
-system and the catalog's network). The base checks run before the first batch and the smoke
-job after the canary, both on the critical path; the image pre-pull is inside configure
-(the simulator's `durations.imagePull`), so it is listed, not added.
+Run: python bench/bench_acceptance.py [--gpus 1000]. Every figure comes from one simulated rollout
+of the `local` stack scaled to the size (bench/bench_rollout.py's project, in a child process):
+its report's timeline (infra.rollout.timeline) places the journaled acceptance stages on the
+critical path where the flow runs them (storage before the canary is provisioned, network on the
+canary's first hosts, the smoke job before batch 2), so the time-to-pool, the schedules and the
+lower bound include them. The same batches' timeline without the stages is computed beside it
+(the same model, the stages left out) to give their share. The stages' seconds are what fio,
+iperf3, ping, fabtests and the smoke job report they ran for (infra.sim.acceptance); the image
+pre-pull is inside configure (the simulator's `durations.imagePull`), so it is listed, not added.
 """
 
 from __future__ import annotations
@@ -27,21 +29,27 @@ from bench_rollout import capture, make_project  # noqa: E402
 from infra import catalog  # noqa: E402
 from infra.plan import plan_stack  # noqa: E402
 from infra.project import load_project  # noqa: E402
-from infra.sim.acceptance import stage_seconds  # noqa: E402
+from infra.rollout.timeline import BatchTimes, timeline  # noqa: E402
 from infra.spec import load_stack_path  # noqa: E402
 
+TOOLS = {"storage": "storage base check (fio x7)", "network": "network base check (pairs)",
+         "smoke": "training smoke (after canary)"}
 
-def rollout_seconds(project: Path, stack: str) -> tuple[float, dict]:
-    """The simulated rollout's modelled time-to-pool (its report's timeline end)."""
+
+def rollout_report(project: Path, stack: str) -> dict:
+    """The simulated rollout's report (`reports/<stack>/rollout.json`)."""
     capture(project, stack)
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_rollout.py"), "--one", str(project), stack],
-                         check=True, cwd=REPO, capture_output=True, text=True)
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return float(figures["timeline"]["batch_end_s"][-1]), figures
+    subprocess.run([sys.executable, str(REPO / "bench" / "bench_rollout.py"), "--one", str(project), stack],
+                   check=True, cwd=REPO, capture_output=True, text=True)
+    return json.loads((project / "reports" / stack / "rollout.json").read_text())
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds:>10.1f} s {seconds / 3600:>6.2f} h"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1000)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,21 +57,32 @@ def main() -> None:
         stack = make_project(project, args.gpus)
         spec = load_stack_path(load_project(project).stack_file(stack))
         plan = plan_stack(spec)
-        sku = catalog.get(spec.cluster.instance_type)
-        stages = stage_seconds(spec.storage, plan.storage, sku, spec.acceptance)
-        base, figures = rollout_seconds(project, stack)
-    pull = (spec.simulator.durations.image_pull if spec.simulator else 0.0)
-    total = base + stages["storage"] + stages["network"] + stages["smoke"]
+        rep = rollout_report(project, stack)
+    sku = catalog.get(spec.cluster.instance_type)
+    t, pipelining = rep["timeline"], rep["pipelining"]
+    sched = "pipelined_s" if pipelining else "sequential_s"
+    worked = [BatchTimes.from_durations(b["number"], b["seconds"]) for b in rep["batches"] if b["seconds"]]
+    bare = timeline(worked, pipelining).to_dict()
+    spans = t.get("acceptance_s", {})
+    lines = {a["stage"]: a for a in rep["acceptance"]}
+    total = t[sched]
     print(f"{args.gpus} GPUs ({len(plan.nodes)} x {sku.name}, {len(plan.batches)} batches, file system "
-          f"{plan.storage.aggregate_throughput_mbs} MB/s, checkpoint {spec.storage.checkpoint_tib} TiB)")
-    print(f"{'stage':<34}{'modelled s':>12}")
-    print(f"{'storage base check (fio x7)':<34}{stages['storage']:>12.1f}")
-    print(f"{'network base check (per block)':<34}{stages['network']:>12.1f}")
-    print(f"{'rollout (batches, as simulated)':<34}{base:>12.1f}")
-    print(f"{'  of which image pre-pull per node':<34}{pull:>12.1f}")
-    print(f"{'training smoke (after canary)':<34}{stages['smoke']:>12.1f}")
-    print(f"{'time to pool':<34}{total:>12.1f}  (+{100 * (total - base) / base:.1f}% for the acceptance stages)")
-    print(f"rollout status {figures['status']}, admitted GPUs {figures['admitted_gpus']}")
+          f"{plan.storage.aggregate_throughput_mbs} MB/s, checkpoint {spec.storage.checkpoint_tib} TiB); "
+          f"rollout {rep['status']}, admitted GPUs {rep['admitted_gpus']}")
+    print(f"{'stage':<34}{'status':>15}{'seconds':>10}{'start s':>10}{'end s':>10}{'share':>8}")
+    for stage, label in TOOLS.items():
+        line = lines.get(stage, {})
+        start, end = spans.get(stage, (0.0, 0.0))
+        print(f"{label:<34}{line.get('status', 'not-run'):>15}{end - start:>10.1f}{start:>10.1f}{end:>10.1f}"
+              f"{100 * (end - start) / total if total else 0.0:>7.1f}%")
+    stages_s = sum(end - start for start, end in spans.values())
+    pull = spec.simulator.durations.image_pull if spec.simulator else 0.0
+    print(f"{'batches (provision .. admit)':<34}{'':>15}{total - stages_s:>10.1f}")
+    print(f"{'  of which image pre-pull per node':<34}{'':>15}{pull:>10.1f}  (inside configure)")
+    print(f"time to pool ({sched[:-2]}):   {hours(total)}  (+{100 * (total - bare[sched]) / bare[sched]:.1f}% "
+          f"over {bare[sched]:.1f} s without the stages)")
+    for key in ("sequential_s", "pipelined_s", "lower_bound_s"):
+        print(f"  {key[:-2]:<14} with stages {hours(t[key])}   without {hours(bare[key])}")
 
 
 if __name__ == "__main__":
