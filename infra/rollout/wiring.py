@@ -154,8 +154,43 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
                               ("slurmControllerIp", "slurmControllerInstanceId", "slurmMungeKeySecretArn"))
     # the controller play also runs Prometheus and Alertmanager, the node play the exporters
     slurm_vars = write_slurm_config(spec, plan, project, stack, ip) | stack_monitoring_extravars(spec, project, stack)
+    slurm_vars |= head_node_extravars(spec, project, stack, slurm_vars["slurm_version"])  # slurmdbd, ops serve
     return stack_executor(spec, project, stack, connection, lustre=lustre, munge_secret_id=munge, slurm_vars=slurm_vars,
                           service_hosts=[controller_host(connection, ip, instance_id)])
+
+
+def head_node_extravars(spec: ClusterSpec, project: Project, stack: str, slurm_version: str) -> dict[str, Any]:
+    """The head node's services besides slurmctld and Prometheus (site.yml's controller play):
+    slurmdbd when the stack has accounting (`slurm_accounting`), and `gpufleet ops serve` when
+    Alertmanager posts to it on the head node, i.e. no `ops.alertWebhookUrl` elsewhere (`ops_webhook`).
+    gpufleet is the running version: the project's own wheel of it in dist/ when there is one, else
+    pip's requirement pinned to it."""
+    from importlib.metadata import version
+
+    from infra.bom import resolve_bom_path
+    from infra.ops.monitoring_files import OPS_SERVE
+    from infra.project import project_file
+
+    out: dict[str, Any] = {}
+    if spec.ops.slurm_accounting:
+        out |= {"slurm_accounting_cluster": spec.cluster.name, "slurm_accounting_port": spec.ops.slurmdbd_port,
+                "slurm_accounting_version": slurm_version}
+    if spec.ops.alert_webhook_url is None:
+        files = [f for f in (project_file(project.root), project.stack_file(stack), resolve_bom_path(spec, project),
+                             project.default_compat) if f is not None and f.is_file()]
+        outside = [f for f in files if not f.resolve().is_relative_to(project.root)]
+        if outside:
+            raise ConfigError(f"ops serve on the head node reads the stack's files from a copy of the project, "
+                              f"and {outside[0]} is outside it", field="gpufleet:image.bom",
+                              expected=f"a BOM inside the project {project.root}")
+        gpufleet = version("gpufleet")
+        wheel = project.root / "dist" / f"gpufleet-{gpufleet}-py3-none-any.whl"
+        out |= {"ops_webhook_stack": stack, "ops_webhook_listen": OPS_SERVE,
+                "ops_webhook_project_files": [{"src": str(f), "dest": str(f.resolve().relative_to(project.root))}
+                                              for f in files],
+                "ops_webhook_wheel": str(wheel) if wheel.is_file() else "",
+                "ops_webhook_requirement": f"gpufleet=={gpufleet}"}
+    return out
 
 
 def connection_for(spec: ClusterSpec, outputs: Mapping[str, Any], project: Project) -> "Connection":
