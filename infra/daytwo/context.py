@@ -82,11 +82,11 @@ def _resume_clock(clock: Any, rollout: RolloutState, pipelining: bool, latest: s
     set_elapsed = getattr(clock, "set_elapsed", None)
     if set_elapsed is None:
         return
-    from infra.rollout.timeline import BatchTimes, schedule
+    from infra.rollout.timeline import BatchTimes, StackStages, elapsed as modelled
 
     times = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(rollout.batches.items())
              if b.stage is not BatchStage.PENDING]
-    elapsed = max(schedule(times, pipelining), default=0.0)
+    elapsed = modelled(times, pipelining, StackStages.from_state(rollout))
     if latest:
         elapsed = max(elapsed, (datetime.fromisoformat(latest) - clock.start).total_seconds())
     set_elapsed(elapsed)

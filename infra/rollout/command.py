@@ -180,7 +180,7 @@ def _summary(rep, modelled: bool) -> str:
              f"  admitted {rep.admitted_nodes}/{rep.target_nodes} nodes = {rep.admitted_gpus} GPUs; "
              f"spares used {rep.spares_used}/{rep.spare_nodes}"]
     for a in rep.acceptance:
-        detail = a.figures or ", ".join(a.reason_codes)
+        detail = a.figures or a.reason or ", ".join(a.reason_codes)
         lines.append(f"  acceptance {a.stage:<8} {a.status}" + (f": {detail}" if detail else ""))
     for p in rep.partitions:
         lines.append(f"  partition {p.name:<12} {p.units_available}/{p.units_planned} units, {p.gpus_available} GPUs")

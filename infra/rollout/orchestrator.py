@@ -36,7 +36,7 @@ from infra.rollout import baselines as bl
 from infra.rollout.journal import Journal
 from infra.rollout.ports import Clock, Executor, HostStatus, Instance, ProvisionResult, Provisioner
 from infra.rollout.state import BatchStage, NodeStage, NodeState, RolloutState
-from infra.rollout.timeline import BatchTimes, schedule
+from infra.rollout.timeline import BatchTimes, StackStages, elapsed
 
 S = NodeStage
 STAGE_CODE = {HostStatus.UNREACHABLE: "unreachable"}
@@ -121,7 +121,7 @@ class Orchestrator:
             return
         times = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(self.state.batches.items())
                  if b.stage is not BatchStage.PENDING]
-        set_elapsed(max(schedule(times, self.options.pipelining), default=0.0))
+        set_elapsed(elapsed(times, self.options.pipelining, StackStages.from_state(self.state)))
 
     @property
     def state(self) -> RolloutState:

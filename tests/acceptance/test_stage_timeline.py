@@ -18,7 +18,7 @@ from infra.reports.render import junit, markdown
 from infra.reports.rollout_document import ACCEPTANCE_LANE, rollout_document, timeline_spans
 from infra.rollout import state as st
 from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner, sample_pairs
-from infra.rollout.command import _retry
+from infra.rollout.command import _retry, _summary
 from infra.rollout.display import PlainDisplay
 from infra.rollout.timeline import BatchTimes, StackStages, rollout_timeline, timeline
 from infra.sim.acceptance import SimAcceptanceCollector
@@ -114,13 +114,14 @@ def test_a_rollout_reports_the_stages_inside_its_time_to_pool(tmp_path):
     network = out.state.acceptance["network"]
     assert network.status is st.StageStatus.PASSED and len(network.pairs) == 1
     assert network.outcome["checks"]  # evidence: the cross-block pair was tested
-    rep = report.build(o.plan, out.state, "tst", True, out.short)
+    rep = report.build(o.plan, out.state, "tst", True, out.short, wall_seconds=1.0)
     seconds = {a.stage: a.seconds for a in rep.acceptance}
     assert all(seconds.values())
     t = rep.timeline
     bare = timeline([BatchTimes.from_durations(n, b.durations) for n, b in sorted(out.state.batches.items())], True)
     assert t["pipelined_s"] == pytest.approx(bare.pipelined_s + sum(seconds.values()), abs=0.2)
     assert t["lower_bound_s"] == pytest.approx(bare.lower_bound_s + sum(seconds.values()), abs=0.2)
+    assert f"time-to-pool (modelled): {t['pipelined_s']:.0f} s" in _summary(rep, True)
     lane = [s for s in timeline_spans(rep) if s.lane == ACCEPTANCE_LANE]
     assert [s.stage for s in lane] == ["storage", "network", "smoke"]
     assert {s.stage: s.end - s.start for s in lane} == pytest.approx(seconds, abs=0.2)
@@ -138,7 +139,8 @@ def test_one_canary_node_network_not_applicable_and_smoke_failed_then_retried(tm
     assert any(x.startswith("acceptance network") and "not-applicable" in x and "no node pair" in x for x in lines)
     assert any(x.startswith("acceptance smoke") and "FAILED" in x and "smoke-too-few-nodes" in x for x in lines)
 
-    rep = report.build(o.plan, out.state, "tst", True, out.short)
+    rep = report.build(o.plan, out.state, "tst", True, out.short, wall_seconds=1.0)
+    assert "acceptance network  not-applicable: 1 node(s): no node pair to test" in _summary(rep, True)
     by_stage = {a.stage: a for a in rep.acceptance}
     assert by_stage["network"].status == "not-applicable" and not by_stage["network"].checks
     assert by_stage["smoke"].reason_codes == ["smoke-too-few-nodes"]
