@@ -22,7 +22,7 @@ from infra.rollout.command import _retry, _summary
 from infra.rollout.display import PlainDisplay
 from infra.rollout.timeline import BatchTimes, StackStages, rollout_timeline, timeline
 from infra.sim.acceptance import SimAcceptanceCollector
-from tests.rollout.fakes import FakeCloud
+from tests.rollout.fakes import T0, FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 
 BATCHES = [BatchTimes(1, 600, 900, 1500), BatchTimes(2, 600, 900, 1500), BatchTimes(3, 600, 900, 1500)]
@@ -122,6 +122,8 @@ def test_a_rollout_reports_the_stages_inside_its_time_to_pool(tmp_path):
     assert t["pipelined_s"] == pytest.approx(bare.pipelined_s + sum(seconds.values()), abs=0.2)
     assert t["lower_bound_s"] == pytest.approx(bare.lower_bound_s + sum(seconds.values()), abs=0.2)
     assert f"time-to-pool (modelled): {t['pipelined_s']:.0f} s" in _summary(rep, True)
+    clock = o.ports.clock  # the simulator's virtual clock follows the same timeline
+    assert (clock.now() - T0).total_seconds() == pytest.approx(t["pipelined_s"], abs=0.2)
     lane = [s for s in timeline_spans(rep) if s.lane == ACCEPTANCE_LANE]
     assert [s.stage for s in lane] == ["storage", "network", "smoke"]
     assert {s.stage: s.end - s.start for s in lane} == pytest.approx(seconds, abs=0.2)
