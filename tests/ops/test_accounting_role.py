@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +28,7 @@ import yaml
 from infra.plan import build_plan
 from infra.pool.slurm.conf import LocalFlavour, generate
 from infra.pool.slurm.local import slurm_version
+from tests.ops.test_monitoring_roles import _after
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _stack, _wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,19 +60,37 @@ def _selection(package: str) -> str:
     return subprocess.run(["dpkg", "--get-selections", package], capture_output=True, text=True, timeout=60).stdout
 
 
-def _after(results: list[dict[str, Any]], dest: str) -> str:
-    """The content a template task would have written to `dest` (its --diff)."""
-    for r in results:
-        diff = r.get("diff")
-        for d in diff if isinstance(diff, list) else [diff or {}]:
-            if r.get("invocation", {}).get("module_args", {}).get("dest") == dest and "after" in d:
-                return str(d["after"])
-    raise AssertionError(f"no task would write {dest}")
+def check_role(workdir: Path, role: str, extravars: dict[str, Any]) -> list[dict[str, Any]]:
+    """`role` applied to this machine (host slurm-controller, group slurm_controller) with
+    `--check --diff`; each task's result, with `failed` and `skipped`. The run itself must succeed."""
+    playbook = workdir / f"{role}.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Head", "hosts": "slurm_controller", "gather_facts": True,
+                                         "gather_subset": ["min"], "roles": [{"role": role}]}]))
+    inventory = workdir / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "hosts": {HOST: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        "children": {"slurm_controller": {"hosts": {HOST: None}}}}}))
+    (workdir / "runner").mkdir()
+    runner = ansible_runner.run(
+        private_data_dir=str(workdir / "runner"), project_dir=str(workdir), playbook=playbook.name,
+        inventory=str(inventory), extravars=extravars, cmdline="--check --diff", quiet=True, timeout=300,
+        suppress_env_files=True,
+        envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "1",
+                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+    log = (workdir / "runner" / "artifacts").rglob("stdout")
+    assert runner.rc == 0, "\n".join(p.read_text()[-6000:] for p in log)
+    done = ("runner_on_ok", "runner_on_failed", "runner_on_skipped")
+    return [{"task": e["event_data"].get("task"), **e["event_data"].get("res", {}),
+             "failed": e["event"] == "runner_on_failed", "skipped": e["event"] == "runner_on_skipped"}
+            for e in runner.events if e["event"] in done]
 
 
+@dataclass(frozen=True)
 class CheckRun:
-    def __init__(self, root: Path, ports: dict[str, int], results: list[dict[str, Any]], ev: dict[str, Any]) -> None:
-        self.root, self.ports, self.results, self.ev = root, ports, results, ev
+    root: Path  # the temp dir the role's paths point into
+    ports: dict[str, int]
+    results: list[dict[str, Any]]
+    ev: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +103,7 @@ def check_run() -> Iterator[CheckRun]:
     root = Path(tempfile.mkdtemp(prefix="gpufleet-acct-role-"))
     root.chmod(0o755)
     try:
-        for d in ("etc", "log", "run", "db", "runner", "mariadb.conf.d"):
+        for d in ("etc", "log", "run", "db", "mariadb.conf.d"):
             (root / d).mkdir()
         ports = {"db": _free_port(), "dbd": _free_port(), "ctld": _free_port(), "node": _free_port()}
         spec = _stack()
@@ -96,28 +116,9 @@ def check_run() -> Iterator[CheckRun]:
               # the local Slurm's slurm.conf (infra.pool.slurm.conf.LocalFlavour): root, no munge
               "slurm_accounting_slurm_user": "root", "slurm_accounting_auth_type": "auth/none",
               "gpufleet_enable_services": False, "gpufleet_live_system": False}
-        playbook = root / "accounting.yml"
-        playbook.write_text(yaml.safe_dump([{"name": "Head", "hosts": "slurm_controller", "gather_facts": True,
-                                             "gather_subset": ["min"], "roles": [{"role": "slurm_accounting"}]}]))
-        inventory = root / "inventory.yml"
-        inventory.write_text(yaml.safe_dump({"all": {
-            "hosts": {HOST: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-            "children": {"slurm_controller": {"hosts": {HOST: None}}}}}))
-        watched = [*WATCHED, *(str(p) for p in root.rglob("*") if "runner" not in p.relative_to(root).parts)]
+        watched = [*WATCHED, *(str(p) for p in root.rglob("*"))]
         before, held = _state(watched), _selection("slurmdbd")
-        runner = ansible_runner.run(
-            private_data_dir=str(root / "runner"), project_dir=str(root), playbook=playbook.name,
-            inventory=str(inventory), extravars=ev, cmdline="--check --diff", quiet=True, timeout=300,
-            suppress_env_files=True,
-            envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "1",
-                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
-        log = (root / "runner" / "artifacts").rglob("stdout")
-        assert runner.rc == 0, "\n".join(p.read_text()[-6000:] for p in log)
-        results = [{"task": e["event_data"].get("task"), **e["event_data"]["res"],
-                    "failed": e["event"] == "runner_on_failed", "skipped": False}
-                   for e in runner.events if e["event"] in ("runner_on_ok", "runner_on_failed")]
-        results += [{"task": e["event_data"].get("task"), "skipped": True}
-                    for e in runner.events if e["event"] == "runner_on_skipped"]
+        results = check_role(root, "slurm_accounting", ev)
         assert _state(watched) == before, "the check run changed files on the host"
         assert _selection("slurmdbd") == held, "the check run changed slurmdbd's dpkg selection"
         yield CheckRun(root, ports, results, ev)

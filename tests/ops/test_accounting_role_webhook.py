@@ -22,7 +22,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import pytest
 import yaml
 
@@ -31,6 +30,8 @@ from infra.plan import build_plan
 from infra.project import load_project
 from infra.rollout.wiring import head_node_extravars, real_executor
 from infra.spec import load_stack
+from tests.ops.test_accounting_role import check_role
+from tests.ops.test_monitoring_roles import _after
 from tests.ops.test_slurm_accounting import _free_port, _listening, _wait
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,17 +93,6 @@ def test_no_accounting_and_a_webhook_elsewhere_leave_the_head_node_alone(tmp_pat
     assert not [k for k in site if k.startswith(("slurm_accounting_", "ops_webhook_"))]
 
 
-def _after(results: list[dict[str, Any]], dest: str) -> str:
-    """The content a copy or template task would have written to `dest` (its --diff), through loops too."""
-    for r in results:
-        for item in r.get("results", [r]):
-            diff = item.get("diff")
-            for d in diff if isinstance(diff, list) else [diff or {}]:
-                if item.get("invocation", {}).get("module_args", {}).get("dest") == dest and "after" in d:
-                    return str(d["after"])
-    raise AssertionError(f"no task would write {dest}")
-
-
 def _unit(text: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for line in text.splitlines():
@@ -130,26 +120,9 @@ def test_the_unit_runs_a_real_ops_serve_on_the_files_the_role_installs(tmp_path:
         # this test's own environment, where gpufleet is installed: pip has nothing to do
         "ops_webhook_venv": sys.prefix, "ops_webhook_requirement": "gpufleet",
         "gpufleet_enable_services": False, "gpufleet_live_system": False}
-    playbook = tmp_path / "webhook.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "Head", "hosts": "slurm_controller", "gather_facts": True,
-                                         "gather_subset": ["min"], "roles": [{"role": "ops_webhook"}]}]))
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {
-        "hosts": {"slurm-controller": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
-        "children": {"slurm_controller": {"hosts": {"slurm-controller": None}}}}}))
     watched = [UNIT, *(str(p) for p in home.rglob("*")), str(home)]
     before = {p: os.stat(p).st_mtime_ns if os.path.exists(p) else None for p in watched}
-    (tmp_path / "runner").mkdir()
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path / "runner"), project_dir=str(tmp_path), playbook=playbook.name,
-        inventory=str(inventory), extravars=ev, cmdline="--check --diff", quiet=True, timeout=300,
-        suppress_env_files=True,
-        envvars={"ANSIBLE_ROLES_PATH": str(REPO / "playbooks" / "roles"), "ANSIBLE_NOCOLOR": "1",
-                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
-    log = (tmp_path / "runner" / "artifacts").rglob("stdout")
-    assert runner.rc == 0, "\n".join(p.read_text()[-6000:] for p in log)
-    results = [{"task": e["event_data"].get("task"), **e["event_data"]["res"]}
-               for e in runner.events if e["event"] in ("runner_on_ok", "runner_on_failed")]
+    results = check_role(tmp_path, "ops_webhook", ev)
     assert {p: os.stat(p).st_mtime_ns if os.path.exists(p) else None for p in watched} == before, \
         "the check run changed files on the host"
     assert not [r["task"] for r in results if r.get("failed")]
