@@ -13,8 +13,8 @@ The stack-level acceptance stages (DESIGN.md section 6) sit on the critical path
 puts them: the storage base check before the canary is provisioned (a shortfall halts before any
 GPU node is bought), the network base check on the canary's first hosts once they are up (it
 needs nodes; its configure waits for it), and the training smoke job on the canary's admitted
-nodes before batch 2 is provisioned (nothing after the canary is bought until it passes). So
-they delay every batch, under either schedule, by their sum. The lower bound is the storage
+nodes before batch 2 is provisioned (nothing after the canary is bought until it passes). So,
+under either schedule, the base checks delay the canary's end, and all three every later batch. The lower bound is the storage
 check, the canary's path with the network check and the smoke job, plus the longest other
 batch's path: no schedule beats it with one canary first.
 """
@@ -125,11 +125,6 @@ def _run(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages) -
     if not batches:  # halted before the canary: the stages that ran, back to back
         stage(SMOKE, stage(NETWORK, prev_end, stages.network), stages.smoke)
     return _Schedule(ends, spans)
-
-
-def schedule(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> list[float]:
-    """End time of each batch (the acceptance stages before and inside it included)."""
-    return _run(batches, pipelining, stages).batch_end
 
 
 def elapsed(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> float:
