@@ -167,3 +167,23 @@ def test_the_unit_runs_a_real_ops_serve_on_the_files_the_role_installs(tmp_path:
         proc.wait(timeout=30)
     assert "gpufleet ops serve: stack dev on http://127.0.0.1:" in stderr.read_text()
     assert not (home / ".gpufleet" / "dev" / "audit.jsonl").exists()  # a malformed alert acts on nothing
+
+
+def test_a_bom_outside_the_project_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """ops serve reads a copy of the project on the head node: a BOM it cannot copy there is a
+    configuration error naming the stack's field, not a unit that fails at its first alert."""
+    from infra.errors import ConfigError
+
+    root = _project(tmp_path, None)
+    elsewhere = tmp_path / "boms" / "bom.yaml"
+    elsewhere.parent.mkdir()
+    shutil.copy(root / "images" / "bom.yaml", elsewhere)
+    stack = root / "stacks" / "Pulumi.dev.yaml"
+    doc = yaml.safe_load(stack.read_text())
+    doc["config"]["gpufleet:image"]["bom"] = str(elsewhere)
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    project = load_project(root)
+    spec = load_stack("dev", project.stacks_dir)
+    with pytest.raises(ConfigError) as refused:
+        head_node_extravars(spec, project, "dev", "24.11.6")
+    assert refused.value.field == "gpufleet:image.bom" and str(elsewhere) in str(refused.value)
