@@ -5,12 +5,14 @@ What a Kubernetes stack gets (`gpufleet:ops.prometheus`):
 - always: the dcgm-exporter counters ConfigMap (`monitoring_counters.deployed_csv`, mounted into
   the pool's dcgm-exporter chart by `dcgm_exporter_counter_values`), a ServiceMonitor for the DCGM
   exporter and one for node_exporter, and the generated rules as a PrometheusRule;
+- when `ops.alertWebhookUrl` is set: a ScrapeConfig for `gpufleet ops serve`'s /metrics (see
+  `ops_serve_scrape_config`), without which the utilisation and memory rules never fire;
 - `stack` (default): the pinned kube-prometheus-stack chart, whose Prometheus selects every
-  ServiceMonitor and PrometheusRule (not only its own release's), whose node_exporter tolerates
+  ServiceMonitor, ScrapeConfig and PrometheusRule (not only its own release's), whose node_exporter tolerates
   the gate and quarantine taints (a pending node is watched too) and whose Alertmanager routes
   to `gpufleet ops serve` when `ops.alertWebhookUrl` is set;
 - `existing`: nothing but the objects above, labelled with `ops.prometheusRuleLabels` so the
-  user's Prometheus (its ruleSelector and serviceMonitorSelector) picks them up.
+  user's Prometheus (its ruleSelector, serviceMonitorSelector and scrapeConfigSelector) picks them up.
 
 Why the ServiceMonitors relabel: every rule groups by `node`, the pool slot; a Kubernetes node
 carries its slot as the `gpufleet.io/slot` label, which Prometheus sees once the ServiceMonitor
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
+from infra.errors import ConfigError
 from infra.ops import metrics as mx
 from infra.ops import monitoring_counters
 from infra.ops.rules import NODE_LABEL
@@ -37,6 +41,9 @@ COUNTERS_CONFIGMAP = "gpufleet-dcgm-counters"
 COUNTERS_FILE = "dcgm-counters.csv"
 COUNTERS_DIR = "/etc/gpufleet"
 MONITORING_API = "monitoring.coreos.com/v1"
+SCRAPE_CONFIG_API = "monitoring.coreos.com/v1alpha1"  # ScrapeConfig: v1alpha1 in prometheus-operator v0.76
+OPS_SERVE_METRICS_PATH = "/metrics"  # infra.ops.server: GET /metrics, whatever path the webhook posts to
+WEBHOOK_FIELD = "gpufleet:ops.alertWebhookUrl"
 
 KUBE_PROMETHEUS_STACK = v.Chart(
     release="kube-prometheus-stack", chart="kube-prometheus-stack", version="62.5.0", namespace=NAMESPACE,
@@ -98,13 +105,54 @@ def service_monitor(svc: ExporterService, labels: Mapping[str, str], interval_s:
                      "endpoints": [{"port": svc.port, "interval": f"{interval_s}s", "relabelings": relabel}]}}
 
 
+@dataclass(frozen=True)
+class ScrapeTarget:
+    scheme: str  # the ScrapeConfig's enum: HTTP or HTTPS
+    address: str  # host:port, as Prometheus's static_configs want it
+
+
+def ops_serve_target(webhook_url: str) -> ScrapeTarget:
+    """Where Prometheus scrapes `gpufleet ops serve`: the host, port and scheme Alertmanager posts to.
+
+    Why derived and not a field of its own: one process serves both (POST / for Alertmanager,
+    GET /metrics for Prometheus), so a second address could only disagree with the first. The
+    URL's credentials (user:password@) are left out: a target's address becomes its `instance`
+    label, and a secret never goes into a metric; the port is made explicit for the same reason
+    (a stable `instance` whichever way the URL was written)."""
+    parts = urlsplit(webhook_url)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{webhook_url!r} has no valid port: {exc}", field=WEBHOOK_FIELD,
+                          expected="http(s)://HOST[:PORT]/ with PORT in 1-65535") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{webhook_url!r} names no http(s) host", field=WEBHOOK_FIELD,
+                          expected="http(s)://HOST[:PORT]/")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = port if port is not None else {"http": 80, "https": 443}[parts.scheme]
+    return ScrapeTarget(parts.scheme.upper(), f"{host}:{port}")
+
+
+def ops_serve_scrape_config(webhook_url: str, labels: Mapping[str, str], interval_s: int = 30) -> dict[str, Any]:
+    """A prometheus-operator ScrapeConfig for `ops serve`'s pool metrics, with the `job` label the
+    Slurm head node's scrape job gives them (`gpufleet`: `scrape.prometheus_config`). The metrics
+    carry their own `node` label (the slot), which the rules join on; no relabelling needed."""
+    target = ops_serve_target(webhook_url)
+    return {"apiVersion": SCRAPE_CONFIG_API, "kind": "ScrapeConfig",
+            "metadata": {"name": "gpufleet-ops-serve", "namespace": NAMESPACE, "labels": {**MANAGED_BY, **labels}},
+            "spec": {"scheme": target.scheme, "metricsPath": OPS_SERVE_METRICS_PATH,
+                     "scrapeInterval": f"{interval_s}s",
+                     "staticConfigs": [{"targets": [target.address], "labels": {"job": mx.GPUFLEET_JOB}}]}}
+
+
 def prometheus_stack_values(ops: OpsConfig) -> dict[str, Any]:
-    """kube-prometheus-stack: select every ServiceMonitor and rule, node_exporter on every node
+    """kube-prometheus-stack: select every ServiceMonitor, ScrapeConfig and rule, node_exporter on every node
     (gated ones too) scraped by gpufleet's ServiceMonitor only, Alertmanager to `ops serve`."""
     values: dict[str, Any] = {
         "prometheus": {"prometheusSpec": {"serviceMonitorSelectorNilUsesHelmValues": False,
                                           "ruleSelectorNilUsesHelmValues": False,
-                                          "podMonitorSelectorNilUsesHelmValues": False}},
+                                          "podMonitorSelectorNilUsesHelmValues": False,
+                                          "scrapeConfigSelectorNilUsesHelmValues": False}},
         "prometheus-node-exporter": {"tolerations": gate_tolerations(), "prometheus": {"monitor": {"enabled": False}}},
         "grafana": {"enabled": False},  # gpufleet's reports are its own; a dashboard is the user's choice
     }
@@ -114,9 +162,13 @@ def prometheus_stack_values(ops: OpsConfig) -> dict[str, Any]:
 
 
 def monitoring_objects(ops: OpsConfig, rules: dict[str, Any], stack: str, dcgm_version: str) -> list[dict[str, Any]]:
-    """The custom and core objects (the chart, when `stack`, is the component's)."""
+    """The custom and core objects (the chart, when `stack`, is the component's). Without
+    `ops.alertWebhookUrl` nothing scrapes `ops serve` (`infra.plan` warns: OPS_METRICS_NOT_SCRAPED)."""
     labels = dict(ops.prometheus_rule_labels)
     rule = prometheus_rule(rules, stack, NAMESPACE)
     rule["metadata"]["labels"] = {**rule["metadata"]["labels"], **labels}
-    return [counters_configmap(dcgm_version), service_monitor(DCGM_SERVICE, labels),
-            service_monitor(NODE_EXPORTER_SERVICE, labels), rule]
+    objects = [counters_configmap(dcgm_version), service_monitor(DCGM_SERVICE, labels),
+               service_monitor(NODE_EXPORTER_SERVICE, labels), rule]
+    if ops.alert_webhook_url is not None:
+        objects.append(ops_serve_scrape_config(ops.alert_webhook_url, labels))
+    return objects

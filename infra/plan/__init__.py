@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from infra.bom import bom_findings
-from infra.findings import Finding, info, sort_findings
+from infra.findings import Finding, info, sort_findings, warning
 from infra.plan.batches import batch_of_block, plan_batches
 from infra.plan.memory import memory_fit
 from infra.plan.model import ClusterPlan
@@ -53,6 +53,7 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
         memory, f = memory_fit(spec.model, instance, c.unit_gpus)
         findings += f
     findings += _rollout_findings(spec, len(batches))
+    findings += _monitoring_findings(spec)
     findings += extra_findings
     return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
                        instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),
@@ -66,4 +67,15 @@ def _rollout_findings(spec: ClusterSpec, batches: int) -> list[Finding]:
     if target is not None and target > batches:
         return [info("TARGET_PAST_LAST_BATCH", "gpufleet:rollout.targetBatch",
                      f"targetBatch {target} is past the last batch ({batches}): all batches")]
+    return []
+
+
+def _monitoring_findings(spec: ClusterSpec) -> list[Finding]:
+    """Kubernetes: Prometheus scrapes `gpufleet ops serve` only at `ops.alertWebhookUrl`
+    (`infra.ops.monitoring_manifests.ops_serve_scrape_config`); a Slurm head node runs it locally."""
+    if spec.pool.type == "kubernetes" and spec.ops.alert_webhook_url is None:
+        return [warning("OPS_METRICS_NOT_SCRAPED", "gpufleet:ops.alertWebhookUrl",
+                        "no address for `gpufleet ops serve`: Prometheus never scrapes its gpufleet_node_admitted "
+                        "and gpufleet_node_busy, so GpuUtilisationLow, GpuUtilisationHigh and GpuMemoryHigh "
+                        "cannot fire, and alerts never quarantine")]
     return []

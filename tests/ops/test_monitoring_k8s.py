@@ -18,10 +18,14 @@ import yaml
 from pulumi.runtime import settings
 
 from infra.cloud.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
+from infra.errors import ConfigError
+from infra.findings import Level
+from infra.ops import metrics as mx
 from infra.ops import monitoring_counters
 from infra.ops import monitoring_manifests as mm
 from infra.ops.monitoring_k8s import Monitoring, MonitoringConfig
-from infra.ops.rules import Thresholds, rules_document
+from infra.ops.rules import ADMITTED_BUSY, Thresholds, rules_document
+from infra.ops.scrape import prometheus_config
 from infra.plan import build_plan
 from infra.pool.kubernetes.chart_values import dcgm_exporter_values
 from infra.pool.protocol import GATE_TAINT, QUARANTINE_TAINT
@@ -30,7 +34,10 @@ from tests.pool.test_kubernetes_objects import strict, tolerates
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "schemas" / "prometheus-operator"
 SCHEMA_FILES = {"ServiceMonitor": "servicemonitors-v0.76.1.excerpt.openapi.yaml",
-                "PrometheusRule": "prometheusrules-v0.77.1.openapi.yaml"}
+                "PrometheusRule": "prometheusrules-v0.77.1.openapi.yaml",
+                "ScrapeConfig": "scrapeconfigs-v0.72.0.excerpt.openapi.yaml"}
+API_VERSIONS = {"ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1",
+                "ScrapeConfig": "monitoring.coreos.com/v1alpha1"}
 WEBHOOK = "http://gpufleet-ops.example:9797/"
 DCGM = "4.2.3"
 
@@ -41,7 +48,7 @@ def schema(kind: str) -> dict[str, Any]:
 
 
 def validate(obj: dict[str, Any]) -> None:
-    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert obj["apiVersion"] == API_VERSIONS[obj["kind"]]
     jsonschema.Draft7Validator(schema(obj["kind"])).validate(obj)
 
 
@@ -93,8 +100,11 @@ def test_the_component_parents_everything_and_orders_the_crs_after_the_chart(ins
     (ns,) = [r for r in installed if r.type == "kubernetes:core/v1:Namespace"]
     (counters,) = [r for r in installed if r.type == "kubernetes:core/v1:ConfigMap"]
     assert ns.urn in counters.options["dependsOn"] and ns.urn in release.options["dependsOn"]
-    custom = [r for r in installed if r.type.startswith("kubernetes:monitoring.coreos.com/v1:")]
-    assert sorted(r.inputs["kind"] for r in custom) == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
+    custom = [r for r in installed if r.type.startswith("kubernetes:monitoring.coreos.com/")]
+    assert sorted(r.inputs["kind"] for r in custom) == ["PrometheusRule", "ScrapeConfig", "ServiceMonitor",
+                                                        "ServiceMonitor"]
+    (scrape,) = [r for r in custom if r.type == "kubernetes:monitoring.coreos.com/v1alpha1:ScrapeConfig"]
+    assert scrape.inputs["kind"] == "ScrapeConfig"
     for r in custom:  # the chart installs their CRDs
         assert release.urn in r.options["dependsOn"]
 
@@ -104,6 +114,7 @@ def test_the_stacks_prometheus_selects_gpufleets_objects_and_its_alertmanager_ca
     values = release.inputs["values"]
     spec = values["prometheus"]["prometheusSpec"]
     assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False and spec["ruleSelectorNilUsesHelmValues"] is False
+    assert spec["scrapeConfigSelectorNilUsesHelmValues"] is False  # else only `release: <chart release>` is scraped
     node_exporter = values["prometheus-node-exporter"]
     assert tolerates(node_exporter["tolerations"], GATE_TAINT, "pending", "NoSchedule")
     assert tolerates(node_exporter["tolerations"], QUARANTINE_TAINT, "xid-79", "NoExecute")
@@ -117,15 +128,16 @@ def test_the_stacks_prometheus_selects_gpufleets_objects_and_its_alertmanager_ca
 
 def test_with_an_existing_prometheus_only_labelled_objects_are_created(existing) -> None:
     assert not [r for r in existing if r.type == "kubernetes:helm.sh/v3:Release"]
-    custom = [r for r in existing if r.type.startswith("kubernetes:monitoring.coreos.com/v1:")]
-    assert len(custom) == 3
+    custom = [r for r in existing if r.type.startswith("kubernetes:monitoring.coreos.com/")]
+    assert len(custom) == 3  # no ScrapeConfig: without ops.alertWebhookUrl there is no address to scrape
     for r in custom:
         assert r.inputs["metadata"]["labels"]["release"] == "prom"  # the user's selectors
         validate(r.inputs)
 
 
 def test_every_custom_object_is_valid_under_the_prometheus_operator_crds(installed) -> None:
-    custom = [r.inputs for r in installed if r.type.startswith("kubernetes:monitoring.coreos.com/v1:")]
+    custom = [r.inputs for r in installed if r.type.startswith("kubernetes:monitoring.coreos.com/")]
+    assert len(custom) == 4
     for obj in custom:
         validate(obj)
     (rule,) = [o for o in custom if o["kind"] == "PrometheusRule"]
@@ -196,3 +208,84 @@ def test_without_a_webhook_the_stacks_alertmanager_keeps_the_charts_route() -> N
     values = mm.prometheus_stack_values(OpsConfig())
     assert "alertmanager" not in values
     assert values["prometheus"]["prometheusSpec"]["ruleSelectorNilUsesHelmValues"] is False
+
+
+def test_the_stacks_prometheus_scrapes_ops_serve_where_alertmanager_posts_with_the_slurm_job(installed) -> None:
+    (scrape,) = by_kind(installed, "ScrapeConfig")
+    (release,) = [r for r in installed if r.type == "kubernetes:helm.sh/v3:Release"]
+    (component,) = [r for r in installed if r.type == "gpufleet:ops:Monitoring"]
+    assert scrape.parent == component.urn and release.urn in scrape.options["dependsOn"]
+    spec = scrape.inputs["spec"]
+    assert (spec["scheme"], spec["metricsPath"]) == ("HTTP", "/metrics")  # WEBHOOK is http://gpufleet-ops.example:9797/
+    (static,) = spec["staticConfigs"]
+    assert static["targets"] == ["gpufleet-ops.example:9797"]
+    # the Slurm head node's job for the same process: the series carry the same job on both schedulers
+    slurm_jobs = {c["job_name"]: c for c in prometheus_config(alertmanager="a:9093", gpufleet="b:9797")["scrape_configs"]}
+    assert static["labels"] == {"job": mx.GPUFLEET_JOB} and mx.GPUFLEET_JOB in slurm_jobs
+    # and the metrics it scrapes are the ones the utilisation rules' recording rule joins
+    (record,) = [r for g in rules()["groups"] for r in g["rules"] if r.get("record") == ADMITTED_BUSY]
+    assert mx.NODE_ADMITTED in record["expr"] and mx.NODE_BUSY in record["expr"]
+    assert scrape.inputs["metadata"]["namespace"] == mm.NAMESPACE
+
+
+def test_an_existing_prometheus_gets_the_scrape_config_with_the_service_monitors_labels() -> None:
+    regs = register(OpsConfig(prometheus="existing", prometheus_rule_labels={"release": "prom"},
+                              alert_webhook_url="https://ops.internal/alerts"))
+    (scrape,) = by_kind(regs, "ScrapeConfig")
+    monitors = by_kind(regs, "ServiceMonitor")
+    assert monitors and all(m.inputs["metadata"]["labels"] == scrape.inputs["metadata"]["labels"] for m in monitors)
+    assert scrape.inputs["metadata"]["labels"]["release"] == "prom"
+    assert scrape.inputs["spec"]["scheme"] == "HTTPS"
+    assert scrape.inputs["spec"]["staticConfigs"][0]["targets"] == ["ops.internal:443"]
+    validate(scrape.inputs)
+
+
+@pytest.mark.parametrize(("url", "scheme", "address"), [
+    ("http://10.0.0.5:9797/", "HTTP", "10.0.0.5:9797"),
+    ("http://ops.example/alerts", "HTTP", "ops.example:80"),
+    ("https://user:s3cret@ops.example:8443/hook", "HTTPS", "ops.example:8443"),  # no credentials in `instance`
+    ("http://[fd00::5]:9797/", "HTTP", "[fd00::5]:9797"),
+])
+def test_the_target_is_the_webhooks_host_port_and_scheme(url, scheme, address) -> None:
+    assert mm.ops_serve_target(url) == mm.ScrapeTarget(scheme, address)
+    scrape = mm.ops_serve_scrape_config(url, {})
+    assert "s3cret" not in str(scrape)
+    validate(scrape)
+
+
+def test_a_webhook_url_with_an_invalid_port_is_a_config_error_naming_the_field() -> None:
+    ops = OpsConfig(alert_webhook_url="http://ops.example:99999/")  # the field's pattern lets it through
+    with pytest.raises(ConfigError, match="alertWebhookUrl") as caught:
+        mm.monitoring_objects(ops, rules(), "prod", DCGM)
+    assert caught.value.field == mm.WEBHOOK_FIELD
+
+
+def test_the_validator_refuses_a_scrape_config_the_api_server_would_reject(installed) -> None:
+    scrape = copy.deepcopy(by_kind(installed, "ScrapeConfig")[0].inputs)
+    scrape["spec"]["scheme"] = "http"  # the CRD's enum is upper case
+    with pytest.raises(jsonschema.ValidationError, match="'http'"):
+        validate(scrape)
+    scrape = copy.deepcopy(by_kind(installed, "ScrapeConfig")[0].inputs)
+    scrape["spec"]["staticConfigs"][0]["labels"]["job"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        validate(scrape)
+    scrape = copy.deepcopy(by_kind(installed, "ScrapeConfig")[0].inputs)
+    scrape["spec"]["path"] = scrape["spec"].pop("metricsPath")  # pruned: Prometheus would scrape its default
+    with pytest.raises(jsonschema.ValidationError, match="path"):
+        validate(scrape)
+
+
+def warnings_of(spec) -> set[str]:
+    return {f.code for f in build_plan(spec).findings if f.level is Level.WARNING}
+
+
+def test_validate_warns_that_utilisation_alerts_cannot_fire_on_kubernetes_without_the_webhook() -> None:
+    prod = load_stack("prod")
+    assert prod.pool.type == "kubernetes" and prod.ops.alert_webhook_url is None
+    (finding,) = [f for f in build_plan(prod).findings if f.code == "OPS_METRICS_NOT_SCRAPED"]
+    assert finding.level is Level.WARNING and finding.field == mm.WEBHOOK_FIELD
+    assert "GpuUtilisationLow" in finding.message and "GpuMemoryHigh" in finding.message
+    with_webhook = prod.model_copy(update={"ops": OpsConfig(alert_webhook_url=WEBHOOK)})
+    assert "OPS_METRICS_NOT_SCRAPED" not in warnings_of(with_webhook)
+    dev = load_stack("dev")  # Slurm: the head node's Prometheus scrapes ops serve on 127.0.0.1
+    assert dev.pool.type == "slurm" and "OPS_METRICS_NOT_SCRAPED" not in warnings_of(dev)
