@@ -26,14 +26,15 @@ import random
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from infra.catalog import InstanceType
 from infra.gates import acceptance as A
 from infra.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
 from infra.gates.verdict import CheckResult, Verdict, check_result
 from infra.plan.model import ClusterPlan
-from infra.pool.protocol import Launcher
+from infra.gates.launch import LaunchSpec
+from infra.pool.protocol import Launcher, LaunchResult, Pool
 from infra.durable import write_atomic
 from infra.rollout.state import ACCEPTANCE_STAGES, RolloutState, StageStatus
 from infra.spec import ClusterSpec
@@ -169,6 +170,10 @@ class AcceptanceRunner:
             return self._too_few_nodes(list(nodes))
         return self._stage(SMOKE, list(nodes)[:want], [])
 
+    def smoke_not_applicable(self, nodes: Sequence[str], reason: str) -> A.StageOutcome:
+        """The smoke stage journaled not applicable (a pool with no launch of the smoke job)."""
+        return self._not_applicable(SMOKE, nodes, reason)
+
     def _too_few_nodes(self, nodes: list[str]) -> A.StageOutcome:
         check = check_result("smoke.nodes", "Q", f"{len(nodes)} admitted canary node(s)", ">= 2 admitted canary nodes",
                              Verdict.QUARANTINE, SMOKE_TOO_FEW_NODES,
@@ -262,6 +267,31 @@ class LauncherSmokeCollector:
                             Manifest(slot="acceptance-smoke", collected_by="launcher", files={A.TRAIN_SMOKE: record}))
 
 
+class PoolLauncher:
+    """The pool's launcher, asked for at each launch: a real Slurm pool reaches its controller
+    through the stack's outputs, which exist only once the first batch's update has run."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    def run(self, specs: Sequence[LaunchSpec], timeout_s: float) -> list[LaunchResult]:
+        return self.pool.launcher().run(specs, timeout_s)
+
+
+class StageCollectors:
+    """One collector per stage (a real stack: the acceptance playbook's base checks, the
+    launcher's smoke job), as the one collector the runner takes."""
+
+    def __init__(self, by_stage: Mapping[str, AcceptanceCollector]) -> None:
+        self.by_stage = dict(by_stage)
+
+    def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
+        collector = self.by_stage.get(stage)
+        if collector is None:
+            raise ValueError(f"no collector for acceptance stage {stage!r} (have {', '.join(self.by_stage)})")
+        return collector.collect(stage, nodes, pairs, out)
+
+
 def halt_reason(outcome: A.StageOutcome) -> str | None:
     """The rollout's halt reason for a failed stage (its reason codes and first messages), else None."""
     if outcome.passed:
@@ -273,48 +303,91 @@ def halt_reason(outcome: A.StageOutcome) -> str | None:
 class AcceptanceHooks:
     """The orchestrator's StageHooks over an AcceptanceRunner.
 
-    The base checks sample pairs among the first batch's planned slots, by block (on a cloud
-    those are the first hosts up; the simulator answers for them); the smoke job takes the
-    canary's admitted nodes. Verdicts are journaled by the runner, so a resumed rollout that
-    calls a hook again gets the journaled answer without collecting twice.
+    Where the base checks run depends on the stack. On the simulator (`on_hosts` False) they run
+    before the first batch, on the first batch's planned slots by block (the simulator answers
+    for them). On a real stack (`on_hosts` True) nothing is up before the first batch, so they
+    run in `after_configure`, on the canary's configured hosts, before its preflight and gates:
+    a storage or network shortfall halts there, with the canary bought and nothing after it.
+    The smoke job takes the canary's admitted nodes; `smoke_unavailable` (a pool with no launch
+    of the job) journals it not applicable with that reason. Verdicts are journaled by the
+    runner, so a resumed rollout that calls a hook again gets the journaled answer without
+    collecting twice.
     """
 
-    def __init__(self, runner: AcceptanceRunner) -> None:
-        self.runner = runner
+    def __init__(self, runner: AcceptanceRunner, on_hosts: bool = False, smoke_unavailable: str | None = None) -> None:
+        self.runner, self.on_hosts, self.smoke_unavailable = runner, on_hosts, smoke_unavailable
 
     def before_batches(self) -> str | None:
+        if self.on_hosts:
+            return None
+        return self._base_checks(n.name for n in self.runner.plan.batch_nodes(1))
+
+    def after_configure(self, batch: int, slots: Sequence[str]) -> str | None:
+        if not self.on_hosts or batch != 1:
+            return None
+        return self._base_checks(slots)
+
+    def after_canary(self, admitted: Sequence[str]) -> str | None:
+        if self.smoke_unavailable is not None:
+            return halt_reason(self.runner.smoke_not_applicable(admitted, self.smoke_unavailable))
+        return halt_reason(self.runner.smoke(admitted))
+
+    def _base_checks(self, slots: Iterable[str]) -> str | None:
+        block_of = {n.name: n.block for n in self.runner.plan.nodes}
         blocks: dict[int, list[str]] = {}
-        for node in self.runner.plan.batch_nodes(1):
-            blocks.setdefault(node.block, []).append(node.name)
+        for slot in slots:
+            blocks.setdefault(block_of[slot], []).append(slot)
         for outcome in self.runner.base_checks(blocks):
             reason = halt_reason(outcome)
             if reason is not None:
                 return reason
         return None
 
-    def after_canary(self, admitted: Sequence[str]) -> str | None:
-        return halt_reason(self.runner.smoke(admitted))
+
+def smoke_paths(spec: ClusterSpec) -> tuple[str, str]:
+    """(train_smoke.py, its dataset folder) as a real stack's nodes see them (`acceptance.smokeScript`,
+    else the shared file system's gpufleet-acceptance folder, where the base checks also write)."""
+    base = f"{spec.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
+    return spec.acceptance.smoke_script or f"{base}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
 
 
-def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path,
-                journal: StageJournal | None = None) -> AcceptanceHooks | None:
-    """The acceptance stages a stack's rollout runs: the simulator's on a simulated stack.
+def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: StageJournal | None = None,
+                wiring: Any | None = None) -> AcceptanceHooks | None:
+    """The acceptance stages a stack's rollout runs.
 
     Their events go to `journal` (the rollout's own); outcome files an older gpufleet left for
     this rollout are converted into it first, so a rollout started before the stages were
     journaled resumes, and reports, what they decided.
 
-    None on a real stack for now: its storage and network bundles need a collector on the
-    first hosts (fio/iperf3/fabtests over srun or SSH), which is not built yet; the smoke job's
-    collector (LauncherSmokeCollector) is, and needs the pool's launcher.
+    A simulated stack runs the simulator's collector. A real stack runs them over its adapters
+    (`wiring`, an `infra.rollout.wiring.Wiring`): storage and network through `wiring.acceptance`
+    (acceptance.yml over the stack's executor) on the canary's configured hosts, the smoke job
+    through the pool's launcher (srun; a Kubernetes pool has no launch of it yet, so there it is
+    journaled not applicable). None for a real stack without wiring (nothing to run them on).
     """
-    if not spec.simulated or spec.simulator is None:
-        return None
     from infra import catalog
-    from infra.sim.acceptance import SimAcceptanceCollector
 
     sku = catalog.get(spec.cluster.instance_type)
-    collector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance, seed=spec.simulator.seed)
+    if spec.simulated and spec.simulator is not None:
+        from infra.sim.acceptance import SimAcceptanceCollector
+
+        collector: AcceptanceCollector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance,
+                                                                seed=spec.simulator.seed)
+        on_hosts, smoke_unavailable = False, None
+    elif wiring is not None and wiring.acceptance is not None:
+        pool = wiring.adapters.pool
+        collectors: dict[str, AcceptanceCollector] = {STORAGE: wiring.acceptance, NETWORK: wiring.acceptance}
+        smoke_unavailable = None
+        if pool.kind == "slurm":
+            script, data_dir = smoke_paths(spec)
+            collectors[SMOKE] = LauncherSmokeCollector(PoolLauncher(pool), spec.acceptance.smoke_python, script,
+                                                       data_dir, ranks_per_node=sku.gpus,
+                                                       steps=spec.acceptance.smoke_steps)
+        else:
+            smoke_unavailable = f"the {pool.kind} pool has no launch of the smoke job (srun only)"
+        collector, on_hosts = StageCollectors(collectors), True
+    else:
+        return None
     runner = AcceptanceRunner(spec, plan, state_dir, collector, sku, journal=journal)
     runner.adopt_recorded_files()
-    return AcceptanceHooks(runner)
+    return AcceptanceHooks(runner, on_hosts=on_hosts, smoke_unavailable=smoke_unavailable)

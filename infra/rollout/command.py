@@ -104,10 +104,11 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     from infra.rollout.orchestrator import Orchestrator
     from infra.rollout.wiring import gate_settings, options, wire
 
-    hooks = stack_hooks(spec, plan, state_dir, journal)  # the acceptance stages (adopts pre-journal outcomes)
+    wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
+    # the acceptance stages over the wiring's collectors (adopts pre-journal outcomes)
+    hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
     if retry_stage is not None:
         _retry(journal, retry_stage, stack)
-    wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     opts = options(spec, until_batch, wiring.threaded)
     orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
                         hooks=hooks)

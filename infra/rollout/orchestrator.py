@@ -79,6 +79,18 @@ class StageHooks(Protocol):
         ...
 
 
+class HostStageHooks(StageHooks, Protocol):
+    """StageHooks whose base checks need hosts (a real stack: nothing is up before the first batch).
+
+    Optional: the orchestrator calls `after_configure` only on hooks that have it."""
+
+    def after_configure(self, batch: int, slots: Sequence[str]) -> str | None:
+        """Stages on the canary's configured hosts, after its configure step and before its preflight
+        and gates; called again on resume and after replacements are configured (journaled verdicts
+        are not collected again). A halt here stops the rollout before any later batch is bought."""
+        ...
+
+
 @dataclass
 class Outcome:
     state: RolloutState
@@ -177,6 +189,22 @@ class Orchestrator:
         self.journal.append({"type": "rollout", "to": "halted", "reason": reason})
         return False
 
+    def _after_configure(self, k: int) -> bool:
+        """The canary's configured hosts to the hooks' `after_configure` (a real stack's base checks)
+        once its configure step has settled; True when the hook halted the rollout."""
+        hook = getattr(self.hooks, "after_configure", None)
+        if hook is None or k != 1 or self._provisioning_open(k) or any(
+                n.decision is None for n in self._at(k, S.PROVISIONED, S.CONFIGURING)):
+            return False
+        slots = [n.slot for n in self._at(k, S.CONFIGURED) if n.decision is None]
+        if not slots:
+            return False
+        reason = hook(k, slots)
+        if reason is None:
+            return False
+        self.journal.append({"type": "rollout", "to": "halted", "reason": reason})
+        return True
+
     def outcome(self) -> Outcome:
         st = self.state
         worked = [b.number for b in self.plan.batches[:self.last_batch]]
@@ -191,7 +219,7 @@ class Orchestrator:
         if self.state.batch(k).stage is BatchStage.PENDING:
             self.journal.append({"type": "batch", "batch": k, "to": "running"})
         self._settle(k)
-        if self._halt_check(k):
+        if self.state.halted or self._halt_check(k):
             return
         while True:
             todo = [n for n in self._nodes(k) if n.stage is S.QUARANTINED and not n.blacklisted]
@@ -242,6 +270,8 @@ class Orchestrator:
             moved |= self._provision(k)
             moved |= self._replace(k)
             moved |= self._configure(k)
+            if self._after_configure(k):
+                return
             self._provision_ahead(k)
             moved |= self._preflight(k)
             moved |= self._remediate(k)
