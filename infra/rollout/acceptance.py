@@ -1,14 +1,16 @@
 """The acceptance stages as rollout steps: collect a bundle, check it, journal the verdict.
 
 Why a runner apart from the orchestrator: the stages are stack-level (storage and network base
-checks once per stack before the first GPU batch, the training smoke job after the canary),
+checks once per stack before the first GPU batch, on a real stack on the canary's configured
+hosts before its gates; the training smoke job after the canary),
 so each is one decision with its own bundle, not a node transition. Each attempt is journaled
 as the rollout's own events (`infra.rollout.state`, type `acceptance`): `started` before the
 collection, the verdict (outcome, checks, reason codes, bundle, seconds) after it. A stage whose
 verdict is journaled is never collected again, so a resumed rollout gets the same answer; one
 started and not decided (a crash inside it) runs again, alone, into a fresh bundle folder
 (`<state_dir>/acceptance/<stage>/<attempt>/`). A failing base check returns before any later
-stage runs, so a shortfall halts the rollout before a GPU node is bought; a failed stage runs
+stage runs, so a shortfall halts the rollout before a GPU node (a real stack: one beyond the
+canary) is bought; a failed stage runs
 again only after the operator journals a retry (`gpufleet rollout --retry-stage STAGE`). A
 passing smoke job's figures become the stack's training baseline
 (`<state_dir>/baselines/training.json`).
