@@ -48,7 +48,8 @@ def timeline_spans(report: RolloutReport) -> list[Span]:
     for b, end in zip(worked, ends):
         lane = f"batch {b.number}" + (" (canary)" if b.canary else "")
         after = [(k, v) for k, v in b.seconds.items() if k != PROVISION]
-        t = end - sum(v for _, v in after)
+        # the timeline's ends are rounded to 0.1 s and the seconds are not: never before 0
+        t = max(end - sum(v for _, v in after), 0.0)
         if PROVISION in b.seconds:
             spans.append(Span(lane=lane, stage=PROVISION, start=max(t - b.seconds[PROVISION], 0.0), end=t))
         for stage, seconds in after:

@@ -15,7 +15,7 @@ from infra.plan import build_plan
 from infra.reports import rollout as report
 from infra.reports.document import BarChart, HeatMap, Status, Timeline
 from infra.reports.render import html, junit, markdown
-from infra.reports.rollout_document import rollout_document
+from infra.reports.rollout_document import rollout_document, timeline_spans
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 
@@ -87,3 +87,14 @@ def test_markdown_and_html(rollout):
     page = html.render(doc)
     assert "<h1>Rollout of <code>tst</code>: complete</h1>" in page
     assert page.count('class="span"') == sum(len(b.seconds) for b in rep.batches)
+
+
+def test_spans_of_a_batch_with_no_provisioning_time_never_start_before_zero():
+    """Static hosts provision in no time; the timeline's end, rounded to 0.1 s, can then fall a hair
+    short of the batch's unrounded seconds (a rehearsal's report failed to build on -7e-15)."""
+    line = report.BatchLine(number=1, canary=True, stage="done", nodes=2, admitted=2, quarantined=0,
+                            first_failure_rate=0.0, seconds={"provision": 0.0, "configure": 0.04, "preflight": 0.1})
+    rep = report.RolloutReport.model_construct(batches=[line], timeline={"batch_end_s": [0.1]})
+    spans = timeline_spans(rep)
+    assert [(s.stage, s.start) for s in spans] == [("provision", 0.0), ("configure", 0.0), ("preflight", 0.04)]
+    assert all(s.end >= s.start >= 0.0 for s in spans)
