@@ -11,6 +11,7 @@ munge secret), which exist only once the first batch's update ran: it is built a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -178,7 +179,9 @@ def head_node_extravars(spec: ClusterSpec, project: Project, stack: str, slurm_v
     if spec.ops.alert_webhook_url is None:
         files = [f for f in (project_file(project.root), project.stack_file(stack), resolve_bom_path(spec, project),
                              project.default_compat) if f is not None and f.is_file()]
-        outside = [f for f in files if not f.resolve().is_relative_to(project.root)]
+        # where each file sits in the project, not where a symlink points (a project may link images/)
+        placed = {f: Path(os.path.normpath(f.absolute())) for f in files}
+        outside = [f for f, at in placed.items() if not at.is_relative_to(project.root)]
         if outside:
             raise ConfigError(f"ops serve on the head node reads the stack's files from a copy of the project, "
                               f"and {outside[0]} is outside it", field="gpufleet:image.bom",
@@ -186,7 +189,7 @@ def head_node_extravars(spec: ClusterSpec, project: Project, stack: str, slurm_v
         gpufleet = version("gpufleet")
         wheel = project.root / "dist" / f"gpufleet-{gpufleet}-py3-none-any.whl"
         out |= {"ops_webhook_stack": stack, "ops_webhook_listen": OPS_SERVE,
-                "ops_webhook_project_files": [{"src": str(f), "dest": str(f.resolve().relative_to(project.root))}
+                "ops_webhook_project_files": [{"src": str(f), "dest": str(placed[f].relative_to(project.root))}
                                               for f in files],
                 "ops_webhook_wheel": str(wheel) if wheel.is_file() else "",
                 "ops_webhook_requirement": f"gpufleet=={gpufleet}"}
