@@ -29,7 +29,7 @@ from infra.plan import build_plan
 from infra.pool.slurm.conf import LocalFlavour, generate
 from infra.pool.slurm.local import slurm_version
 from tests.ops.test_monitoring_roles import _after
-from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _stack, _wait
+from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _stack, _wait
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "playbooks" / "roles" / "slurm_accounting"
@@ -173,14 +173,7 @@ def test_slurmdbd_runs_on_the_rendered_conf_and_slurmctld_registers_with_it(chec
     root, ports = check_run.root, check_run.ports
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, capture_output=True, timeout=120)
-        procs.append(subprocess.Popen(["mariadbd", f"--datadir={root / 'db'}", "--user=root", f"--port={ports['db']}",
-                                       "--bind-address=127.0.0.1", f"--socket={root / 'run' / 'mysql.sock'}",
-                                       f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait("mariadbd", lambda: _listening(ports["db"]), root / "log" / "mysql.log", procs[-1])
+        procs.append(_start_mariadb(root, ports["db"]))
 
         # the role's own steps, as it runs them on the node; each a second time changes nothing
         pass_file = root / "etc" / "slurmdbd-storage-pass.conf"
@@ -227,10 +220,4 @@ def test_slurmdbd_runs_on_the_rendered_conf_and_slurmctld_registers_with_it(chec
         for log in (root / "log").iterdir():
             assert password not in log.read_text(errors="replace"), log.name
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)

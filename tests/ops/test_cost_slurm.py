@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from infra.cli import main
 from tests.ops.cost_helpers import project_with_stack
-from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _wait
+from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _wait
 
 CLUSTER = "gpufleetcost"
 PRICE = 80.0
@@ -36,14 +36,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     procs: list[subprocess.Popen] = []
     db_port, dbd_port, ctld_port, slurmd_port = (_free_port() for _ in range(4))
     try:
-        subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, capture_output=True, timeout=120)
-        procs.append(subprocess.Popen(["mariadbd", f"--datadir={root / 'db'}", "--user=root", f"--port={db_port}",
-                                       "--bind-address=127.0.0.1", f"--socket={root / 'run' / 'mysql.sock'}",
-                                       f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait("mariadbd", lambda: _listening(db_port), root / "log" / "mysql.log", procs[-1])
+        procs.append(_start_mariadb(root, db_port))
         dbd_conf = root / "slurmdbd.conf"
         dbd_conf.write_text("\n".join([
             "AuthType=auth/none", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
@@ -83,13 +76,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
               procs[-1])
         yield env
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
 
 
 def _sbatch(env: dict[str, str], *args: str) -> str:

@@ -80,6 +80,30 @@ def _listening(port: int) -> bool:
         return False
 
 
+def _start_mariadb(root: Path, port: int) -> subprocess.Popen:
+    """A throwaway MariaDB under `root` (db/, run/, log/) on 127.0.0.1:`port`, answering when returned."""
+    subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, capture_output=True, timeout=120)
+    proc = subprocess.Popen(["mariadbd", f"--datadir={root / 'db'}", "--user=root", f"--port={port}",
+                             "--bind-address=127.0.0.1", f"--socket={root / 'run' / 'mysql.sock'}",
+                             f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait("mariadbd", lambda: _listening(port), root / "log" / "mysql.log", proc)
+    return proc
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate the daemons, last started first; kill what does not leave within 15 s."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 @pytest.fixture
 def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     """The submitter's environment and slurmctld's log."""
@@ -92,14 +116,7 @@ def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     spec = _stack()
     cluster = spec.cluster.name
     try:
-        subprocess.run(["mariadb-install-db", f"--datadir={root / 'db'}", "--user=root",
-                        "--auth-root-authentication-method=normal", "--skip-test-db"],
-                       check=True, capture_output=True, timeout=120)
-        procs.append(subprocess.Popen(["mariadbd", f"--datadir={root / 'db'}", "--user=root", f"--port={db_port}",
-                                       "--bind-address=127.0.0.1", f"--socket={root / 'run' / 'mysql.sock'}",
-                                       f"--pid-file={root / 'run' / 'mysql.pid'}", f"--log-error={root / 'log' / 'mysql.log'}",
-                                       ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait("mariadbd", lambda: _listening(db_port), root / "log" / "mysql.log", procs[-1])
+        procs.append(_start_mariadb(root, db_port))
         dbd_conf = root / "etc" / "slurmdbd.conf"
         dbd_conf.write_text("\n".join([
             "AuthType=auth/none", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={dbd_port}", "SlurmUser=root",
@@ -143,13 +160,7 @@ def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
         yield dict(env, SLURM_CONF=str(client / "slurm.conf")), root / "log" / "slurmctld.log"
         shutil.rmtree(client)
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
 
 
 def test_an_account_without_access_to_a_partition_is_refused(accounting: tuple[dict[str, str], Path]) -> None:
