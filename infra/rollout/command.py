@@ -86,6 +86,10 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
             raise UsageError(f"{stack} has an unfinished rollout in {store.location}",
                              field="--resume", expected="--resume to continue it, or --restart to archive "
                                                         "its journal and start again")
+        if retry_stage is not None and not state.started:
+            raise UsageError(f"{stack} has no rollout journal in {store.location}: no acceptance stage has run, "
+                             "so there is nothing to retry", field="--retry-stage",
+                             expected=f"`gpufleet rollout -s {stack}` to start the rollout")
         if resume and not state.started:
             click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
         try:

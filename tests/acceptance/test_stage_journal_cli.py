@@ -187,3 +187,12 @@ def test_an_old_style_halt_on_storage_is_reproduced_then_lifted_by_retry_stage(r
     assert rep["acceptance"][0]["attempts"] == 2
     assert rep["acceptance"][0]["earlier"][0]["reason_codes"][0] == "storage-write-slow"
     assert snapshot(project, STACK) == ref
+
+
+def test_retry_stage_without_a_journal_is_refused_before_anything_runs(tmp_path):
+    project = make_project(tmp_path / "empty")
+    refused = rollout(project, STACK, "--retry-stage", "storage")
+    assert refused.exit_code == 2, refused.output
+    assert "no rollout journal" in refused.output and "nothing to retry" in refused.output
+    assert "starting a new rollout" not in refused.output
+    assert not (project / ".gpufleet" / STACK / "journal.jsonl").exists()
