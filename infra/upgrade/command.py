@@ -69,14 +69,13 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
 
 def _dry_run(d, previous_bom) -> None:
     from infra.bom import load_bom
-    from infra.upgrade.orchestrator import Upgrader
+    from infra.upgrade.orchestrator import Upgrader, nothing_message
     from infra.upgrade.plan import limits, plan_groups
 
     target = load_bom(d.project.path(d.spec.image.bom))
     c = Upgrader(d).changes(target)
     if not c.todo:
-        on = f" and image {c.ami}" if c.ami is not None else ""
-        click.echo(f"nothing to upgrade: every admitted node runs {target.digest()[:19]}{on}")
+        click.echo(nothing_message(d.stack, len(c.current), target.digest(), c.ami))
         return
     groups = plan_groups(d.plan, c.todo, d.spec.upgrade)
     how = f", {len(c.reimage)} of them by reimage from {c.ami}" if c.reimage else " in place"

@@ -57,6 +57,14 @@ class Changes:
     images: dict[str, str | None]  # slot -> AMI it runs now (when an image is compared at all)
 
 
+def nothing_message(stack: str, admitted: int, digest: str, ami: str | None) -> str:
+    """Why an upgrade has nothing to do: no admitted node yet is not the same as all up to date."""
+    if admitted == 0:
+        return f"nothing to upgrade: {stack} has no admitted node yet (`gpufleet rollout -s {stack}` admits them)"
+    on = f" and image {ami}" if ami is not None else ""
+    return f"nothing to upgrade: all {admitted} admitted node(s) already run {digest[:19]}{on}"
+
+
 def settings_for(d: DayTwo, bom: Bom) -> GateSettings:
     """The gates' expectations for nodes built from `bom` (as `infra.rollout.wiring.gate_settings`)."""
     by_os = gate_versions.expectations_by_os(bom, d.spec.pool.type, d.spec.image.os)
@@ -149,9 +157,7 @@ class Upgrader:
         c = self.changes(target)
         current, todo, to_reimage, ami, images = c.current, c.todo, c.reimage, c.ami, c.images
         if not todo:
-            on = f" and image {ami}" if ami is not None else ""
-            return Outcome(None, f"nothing to upgrade: all {len(current)} admitted node(s) already run "
-                                 f"{target.digest()[:19]}{on}")
+            return Outcome(None, nothing_message(d.stack, len(current), target.digest(), ami))
         unknown = unknown_images(to_reimage, images)
         if unknown:
             raise ConfigError(f"the image {len(unknown)} node(s) run is not known ({', '.join(unknown[:5])}), so a "

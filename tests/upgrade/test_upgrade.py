@@ -19,6 +19,7 @@ from infra.project import load_project
 from infra.sim.installed import VERSION_FAULTS_FILE, VersionFaults
 from infra.upgrade.orchestrator import Upgrader
 from infra.upgrade.plan import limits
+from tests.rollout.project import make_project
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
 
 
@@ -93,7 +94,15 @@ def test_the_command_upgrades_reports_and_then_has_nothing_to_do(fleet):
     assert report["stage"] == "finished" and all(g["stage"] == "admitted" for g in report["groups"])
     assert all(g["before"]["intra_node_gbs"] and g["after"]["intra_node_gbs"] for g in report["groups"])
     out = upgrade(fleet)
-    assert out.exit_code == 0 and "nothing to upgrade" in out.output
+    assert out.exit_code == 0 and "nothing to upgrade: all 40 admitted node(s) already run" in out.output
+
+
+def test_before_any_rollout_the_upgrade_says_no_node_is_admitted_yet(tmp_path):
+    project = make_project(tmp_path / "project")
+    for args in (("--dry-run",), ()):
+        out = upgrade(project, *args)
+        assert out.exit_code == 0, out.output
+        assert f"{STACK} has no admitted node yet" in out.output and "already run" not in out.output
 
 
 def test_a_regressing_nccl_fails_the_canary_which_is_rolled_back_and_nothing_else_is_touched(fleet):
