@@ -117,14 +117,19 @@ def _mpijob(name: str, nodes: tuple[str, ...], sku: InstanceType, env: dict[str,
                                  "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                                      {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": name}},
                                       "topologyKey": "kubernetes.io/hostname"}]}},
-                    "containers": [{"name": "worker", "image": image, "env": env_list, "resources": {
-                        "limits": {"nvidia.com/gpu": sku.gpus, "vpc.amazonaws.com/efa": sku.efa_interfaces,
-                                   "hugepages-2Mi": "5120Mi", "memory": "32Gi"},
-                        "requests": {"nvidia.com/gpu": sku.gpus, "vpc.amazonaws.com/efa": sku.efa_interfaces,
-                                     "hugepages-2Mi": "5120Mi", "memory": "32Gi"}}}]}}},
+                    "containers": [{"name": "worker", "image": image, "env": env_list,
+                                    "resources": node_resources(sku)}]}}},
             },
         },
     }
+
+
+def node_resources(sku: InstanceType) -> dict[str, dict[str, Any]]:
+    """A pod that takes a whole node for a multi-node run: every GPU and EFA device (the device
+    plugins' resources), the huge pages libfabric's EFA provider registers memory from."""
+    want = {"nvidia.com/gpu": sku.gpus, "vpc.amazonaws.com/efa": sku.efa_interfaces, "hugepages-2Mi": "5120Mi",
+            "memory": "32Gi"}
+    return {"limits": dict(want), "requests": dict(want)}
 
 
 def round_specs(groups: Sequence[Sequence[str]], kind: Kind, sku: InstanceType, versions: Mapping[str, str],

@@ -41,11 +41,13 @@ def _json(response: Any) -> Any:
 
 
 class KubeApi:
-    """Nodes, one ConfigMap, MPIJobs, pods (list, log, evict); `calls` counts requests sent (retries included)."""
+    """Nodes, ConfigMaps, MPIJobs, Jobs and Services, pods (list, log, evict); `calls` counts requests
+    sent (retries included)."""
 
     def __init__(self, api_client: client.ApiClient, policy: RetryPolicy | None = None) -> None:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self.policy = policy or RetryPolicy()
         self.calls = 0
 
@@ -189,3 +191,60 @@ class KubeApi:
         response = self._call(lambda: self.core.read_namespaced_pod_log(name, namespace, _preload_content=False),
                               f"read the log of pod {name}")
         return (response.data or b"").decode("utf-8", errors="replace")
+
+    def pod_log_if_any(self, namespace: str, name: str) -> str | None:
+        """The pod's log, or None when it has none to give: gone (404), or its container never
+        started (400, "waiting to start"). Other failures raise as for any call."""
+        def read() -> str | None:
+            try:
+                response = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False)
+            except ApiException as exc:
+                if exc.status in (400, 404):
+                    return None
+                raise
+            return (response.data or b"").decode("utf-8", errors="replace")
+        return self._call(read, f"read the log of pod {name}")
+
+    # --- a launch's Job, Service and ConfigMap (the training smoke job) -------------------------
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The created Job as the API server answers it (with its uid); 409 raises `Conflict`."""
+        return _json(self._call(lambda: self.batch.create_namespaced_job(namespace, body, _preload_content=False),
+                                f"create Job {namespace}/{body['metadata']['name']}"))
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def read():
+            try:
+                return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return self._call(read, f"read Job {namespace}/{name}")
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Background propagation: the garbage collector deletes its pods too (the API's default for
+        a batch/v1 Job orphans them, still holding their GPUs)."""
+        self._delete(lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background",
+                                                              _preload_content=False), f"delete Job {namespace}/{name}")
+
+    def create_service(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _json(self._call(lambda: self.core.create_namespaced_service(namespace, body, _preload_content=False),
+                                f"create Service {namespace}/{body['metadata']['name']}"))
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        self._delete(lambda: self.core.delete_namespaced_service(name, namespace, _preload_content=False),
+                     f"delete Service {namespace}/{name}")
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        self._delete(lambda: self.core.delete_namespaced_config_map(name, namespace, _preload_content=False),
+                     f"delete configmap {namespace}/{name}")
+
+    def _delete(self, fn, what: str) -> None:
+        def delete():
+            try:
+                fn()
+            except ApiException as exc:
+                if exc.status != 404:  # already gone: deleting is idempotent
+                    raise
+        self._call(delete, what)
