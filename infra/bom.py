@@ -85,12 +85,21 @@ class MonitoringPins(_Frozen):
     alertmanager: str = Field(pattern=_VERSION)
 
 
+class SlurmContainerPins(_Frozen):
+    """enroot and pyxis on Slurm nodes (roles enroot, pyxis), for jobs in the workload image
+    (`srun --container-image`): pinned, but not node-gated versions, like the monitoring agents."""
+
+    enroot: str = Field(pattern=_VERSION)
+    pyxis: str = Field(pattern=_VERSION)
+
+
 class Bom(_Frozen):
     schema_version: Literal[1] = Field(alias="schema")
     name: str
     components: Components
     os: dict[NodeOs, OsPins]
     monitoring: MonitoringPins | None = None
+    slurm_containers: SlurmContainerPins | None = None
 
     def for_os(self, os: str) -> OsPins:
         try:

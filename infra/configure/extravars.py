@@ -64,6 +64,8 @@ def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
                 "lustre_client_mount_path": lustre.mount_path}
     if munge_secret_id:
         out |= {"munge_key_secret_id": munge_secret_id, "munge_key_region": region or ""}
+    if bom.slurm_containers is not None:  # roles enroot and pyxis (Slurm nodes of a stack with a workload image)
+        out |= {"enroot_version": bom.slurm_containers.enroot, "pyxis_version": bom.slurm_containers.pyxis}
     check_no_secrets(out)
     return out
 

@@ -298,24 +298,53 @@ def _efa_bw(bundle: Bundle, check_id: str, name: str, instance: InstanceType, cf
 # --- training smoke -------------------------------------------------------------------------
 
 SMOKE_SCRIPT = "images/workloads/train_smoke.py"
+# Where site.yml's role `workloads` installs images/workloads/ on every node (its workloads_dir)
+WORKLOADS_DIR = "/opt/gpufleet/workloads"
+
+
+class SmokeContainer(BaseModel):
+    """The workload image the smoke job runs in, through pyxis (`srun --container-image`).
+
+    Why: the job needs torch, which the node's own interpreter lacks; the stack's pinned
+    workload image (`acceptance.workloadImage`) has it and is already on every node as the
+    squashfs file role image_prepull wrote (`image` is that file, or any enroot URI). Each of
+    `mounts` is a host folder bound read-write at the same path; `read_only` ones (the
+    workloads folder) are bound `ro`. The home folder is not mounted (a job must not depend on
+    it) and the image's entrypoint is not run (banners would interleave with the result line).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str
+    mounts: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    python: str = "python"
+
+    def srun_options(self) -> tuple[str, ...]:
+        binds = [f"{d}:{d}:ro" for d in self.read_only] + [f"{d}:{d}" for d in self.mounts]
+        return (f"--container-image={self.image}", *([f"--container-mounts={','.join(binds)}"] if binds else ()),
+                "--no-container-mount-home", "--no-container-entrypoint")
 
 
 def smoke_launch_spec(nodes: Sequence[str], ranks_per_node: int, python: str, script: str, data_dir: str,
                       steps: int, extra: Sequence[str] = (), name: str = "gpufleet-smoke",
-                      env: Mapping[str, str] | None = None) -> LaunchSpec:
+                      env: Mapping[str, str] | None = None, container: SmokeContainer | None = None) -> LaunchSpec:
     """The smoke job as an srun launch spec, run by the pool's launcher like any gate job.
 
     One task per GPU (`ranks_per_node`); the script reads its rank from SLURM_PROCID and its
     rendezvous from the launch node's address; `-l` prefixes each line with its rank, which
     the parser strips. `env` (e.g. MASTER_PORT) is set in srun's environment, which
-    `--export=ALL` hands to every task.
+    `--export=ALL` hands to every task (inside a container too: pyxis keeps the task's
+    environment). With a `container` the tasks run its python inside the workload image
+    (pyxis), `python` (the host's interpreter) is not used.
     """
     nodes = tuple(nodes)
     env = dict(env or {})
     prefix = ("env", *(f"{k}={v}" for k, v in sorted(env.items()))) if env else ()
+    runtime = (*container.srun_options(), container.python) if container is not None else (python,)
     argv = (*prefix, "srun", f"--job-name={name}", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
             f"--ntasks-per-node={ranks_per_node}", "--cpu-bind=none", "-l", "--export=ALL",
-            python, script, f"--data-dir={data_dir}", f"--steps={steps}", *extra)
+            *runtime, script, f"--data-dir={data_dir}", f"--steps={steps}", *extra)
     return LaunchSpec(kind="slurm", name=name, nodes=nodes, ranks=len(nodes) * ranks_per_node, env=env, argv=argv)
 
 

@@ -36,6 +36,16 @@ def image_runtime(pool: str | None) -> str:
     return RUNTIME_BY_POOL.get(pool or "", "ctr")
 
 
+# Where role image_prepull keeps a Slurm node's images (its image_prepull_enroot_dir): one squashfs
+# file per digest, which pyxis runs as it is (`srun --container-image=<file>`), pulling nothing.
+ENROOT_DIR = "/var/lib/gpufleet/enroot"
+
+
+def enroot_squashfs(image: str) -> str:
+    """The squashfs file of the pinned `image` on a Slurm node."""
+    return f"{ENROOT_DIR}/{pinned_digest(image)}.sqsh"
+
+
 def pinned_digest(image: str) -> str:
     """The image's manifest digest; ValueError when the reference is not pinned by one."""
     _, _, digest = split_reference(image)
