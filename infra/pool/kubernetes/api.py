@@ -243,7 +243,7 @@ class KubeApi:
     def _delete(self, fn, what: str) -> None:
         def delete():
             try:
-                fn()
+                fn().data  # read to the end: the connection goes back to the pool, not closed with a reset
             except ApiException as exc:
                 if exc.status != 404:  # already gone: deleting is idempotent
                     raise

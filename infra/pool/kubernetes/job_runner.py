@@ -39,11 +39,11 @@ class IndexedJobRunner:
         deadline = self.clock() + timeout_s
         created: list[tuple[str, str]] = []
         try:
-            job = self._create("Job", name, lambda: self.api.create_job(self.namespace, objects.job))
+            owner = self._create("Job", name, lambda: self.api.create_job(self.namespace, objects.job))
             created.append(("Job", name))
             for kind, obj, create in (("ConfigMap", objects.configmap, self.api.create_configmap),
                                       ("Service", objects.service, self.api.create_service)):
-                self._create(kind, obj["metadata"]["name"], lambda: create(self.namespace, owned_by(obj, job)))
+                self._create(kind, obj["metadata"]["name"], lambda: create(self.namespace, owned_by(obj, owner)))
                 created.append((kind, obj["metadata"]["name"]))
             job = self._wait(name, deadline)
             verdict = finished(job) if job is not None else None
@@ -159,7 +159,7 @@ def condition_summary(job: Mapping[str, Any] | None) -> str:
 
 
 def _started(pod: Mapping[str, Any]) -> bool:
-    return any((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated")
+    return any({"running", "terminated"} & set(cs.get("state") or {})
                for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
