@@ -54,6 +54,7 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
         findings += f
     findings += _rollout_findings(spec, len(batches))
     findings += _monitoring_findings(spec)
+    findings += _smoke_runtime_findings(spec)
     findings += extra_findings
     return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
                        instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),
@@ -79,3 +80,17 @@ def _monitoring_findings(spec: ClusterSpec) -> list[Finding]:
                         "and gpufleet_node_busy, so GpuUtilisationLow, GpuUtilisationHigh and GpuMemoryHigh "
                         "cannot fire, and alerts never quarantine")]
     return []
+
+
+def _smoke_runtime_findings(spec: ClusterSpec) -> list[Finding]:
+    """A real Slurm stack's smoke job runs in the workload image (pyxis) or with `smokePython` on the
+    node (`infra.rollout.acceptance.stack_hooks`); with neither set it would run the node's python3,
+    which has no torch, and fail after the canary (`smoke-failed`)."""
+    a = spec.acceptance
+    if spec.simulated or spec.pool.type != "slurm" or a.workload_image is not None \
+            or "smoke_python" in a.model_fields_set:
+        return []
+    return [warning("SMOKE_NO_TORCH", "gpufleet:acceptance.workloadImage",
+                    "the training smoke job would run the nodes' python3, which has no torch, and fail after "
+                    "the canary: set acceptance.workloadImage (an image with torch, repo@sha256:<digest>, run "
+                    "through pyxis) or acceptance.smokePython (an interpreter with torch on every node)")]

@@ -193,7 +193,7 @@ def test_stack_hooks_on_a_real_stack_take_the_playbook_and_the_launcher_collecto
     smoke = collector.by_stage["smoke"]
     assert isinstance(smoke, LauncherSmokeCollector) and isinstance(smoke.launcher, PoolLauncher)
     assert (smoke.python, smoke.script, smoke.data_dir) == (
-        "python3", "/fsx/gpufleet-acceptance/train_smoke.py", "/fsx/gpufleet-acceptance/smoke")
+        "python3", "/opt/gpufleet/workloads/train_smoke.py", "/fsx/gpufleet-acceptance/smoke")
     assert smoke.ranks_per_node == SKU.gpus and smoke.steps == SPEC.acceptance.smoke_steps
     assert hooks.before_batches() is None and not (tmp_path / "journal.jsonl").exists()  # no host is up yet
 
@@ -201,9 +201,9 @@ def test_stack_hooks_on_a_real_stack_take_the_playbook_and_the_launcher_collecto
     assert pool.asked == 0  # the pool's launcher is asked for at the launch, not before the stack exists
     smoke.collect("smoke", ["n1", "n2"], [], tmp_path / "bundle")
     spec, = pool.launched.specs
-    assert pool.asked == 1 and "/fsx/gpufleet-acceptance/train_smoke.py" in spec.argv
+    assert pool.asked == 1 and "/opt/gpufleet/workloads/train_smoke.py" in spec.argv
     assert "--data-dir=/fsx/gpufleet-acceptance/smoke" in spec.argv and spec.argv[spec.argv.index(
-        "/fsx/gpufleet-acceptance/train_smoke.py") - 1] == "python3"
+        "/opt/gpufleet/workloads/train_smoke.py") - 1] == "python3"
 
 
 def test_configured_smoke_paths_and_a_pool_without_the_smoke_launch(tmp_path):
