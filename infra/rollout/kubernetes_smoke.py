@@ -29,8 +29,8 @@ from infra.project import Project
 from infra.rollout.acceptance import SMOKE, smoke_paths
 from infra.spec import ClusterSpec
 
-NO_IMAGE = ("no acceptance.workloadImage: a Kubernetes pool runs the smoke job in a container image with torch "
-            "(its nodes have none), and the stack names no image")
+NO_IMAGE = ("no acceptance.workloadImage: the kubernetes pool runs the smoke job in that container image "
+            "(torch; its nodes have none), and the stack names none")
 
 
 class JobRunner(Protocol):
