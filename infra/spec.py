@@ -239,6 +239,9 @@ class AcceptanceConfig(_Model):
     """
 
     storage_clients: int = Field(default=4, ge=1, le=64)  # fio clients of the storage base check
+    # a real stack's clients: non-GPU instances the Pulumi program creates with the file system
+    # (infra.cloud.storage_clients), one of infra.plan.storage_clients.CLIENT_TYPE_GBPS
+    storage_client_type: str = "c6in.8xlarge"
     storage_min_share: float = Field(default=0.8, gt=0, le=1)  # of the plan's modelled throughput
     random_read_min_iops: float = Field(default=1000, gt=0)  # aggregate, 4 KiB random reads
     random_read_p99_max_ms: float = Field(default=20, gt=0)
@@ -255,15 +258,23 @@ class AcceptanceConfig(_Model):
     smoke_steps: int = Field(default=30, ge=5, le=10_000)
     smoke_loss_factor: float = Field(default=0.5, gt=0, lt=1)  # the last loss at most this times the first
     smoke_min_samples_per_second: float | None = Field(default=None, gt=0)  # None: the instance type's floor
-    # A real stack's smoke job (the simulator runs none) runs images/workloads/train_smoke.py, which
-    # site.yml's workloads role installs on every node (None: that role's /opt/gpufleet/workloads/
-    # train_smoke.py). With a workloadImage it runs in that image (pyxis), with its `smokeImagePython`;
-    # without one, with the node's `smokePython`, which must have torch (the AMI's python3 has none).
+    # A real stack's smoke job (the simulator runs none): an interpreter with torch on the GPU nodes,
+    # and images/workloads/train_smoke.py where every node reads it. Neither the AMI nor site.yml
+    # installs them, so the operator puts the script there; None: <storage.mountPath>/gpufleet-acceptance/
+    # train_smoke.py, on the shared file system every node mounts (the job's dataset goes beside it).
     smoke_python: str = Field(default="python3", pattern=r"^[A-Za-z0-9._/+-]+$")
-    smoke_image_python: str = Field(default="python", pattern=r"^[A-Za-z0-9._/+-]+$")
     smoke_script: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._/+-]+\.py$")
     workload_image: str | None = Field(default=None, pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"
                                        r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+@sha256:[0-9a-f]{64}$")
+
+    @field_validator("storage_client_type")
+    @classmethod
+    def _known_client_type(cls, v: str) -> str:
+        from infra.plan.storage_clients import CLIENT_TYPE_GBPS  # infra.plan imports this module
+
+        if v not in CLIENT_TYPE_GBPS:
+            raise ValueError(f"storageClientType {v!r} is not one of {', '.join(CLIENT_TYPE_GBPS)}")
+        return v
 
 
 class PoolConfig(_Model):

@@ -19,6 +19,7 @@ import pulumi
 from pulumi.runtime import mocks as pmocks
 from pulumi.runtime import rpc, settings
 
+from infra import tagging as t
 from infra.cloud.program import Cluster, run_program
 from infra.cloud.staging import DEPLOYED_OUTPUT, LEGACY_IMAGES_OUTPUT
 from infra.plan import build_plan
@@ -69,6 +70,7 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         self.recorded = recorded_outputs  # what the mocked StackReference answers (None: a fresh stack)
         self.ips = dict(zip((slot.name for slot in plan.nodes), _host_ips(plan.network.compute.cidr)))
         self.management_ips = _host_ips(plan.network.management.cidr)
+        self.client_ips = _top_ips(plan.network.compute.cidr)  # storage clients: compute subnet, from its end
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
@@ -80,7 +82,9 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         out.setdefault("arn", f"arn:aws:{typ.split(':')[1].split('/')[0]}:{self.plan.region}:{MOCK_ACCOUNT}:{rid}")
         out.setdefault("tagsAll", inputs.get("tags", {}))
         if typ == "aws:ec2/instance:Instance":
-            ip = self.ips.get(name) or next(self.management_ips)  # GPU slots by index; the Slurm head node
+            client = (inputs.get("tags") or {}).get(t.ROLE) == "storage-client"
+            # GPU slots by index; the Slurm head node in the management subnet
+            ip = self.ips.get(name) or next(self.client_ips if client else self.management_ips)
             self.ips[name] = ip
             out.update(privateIp=ip, privateDns=f"ip-{ip.replace('.', '-')}.ec2.internal",
                        instanceState="running", id=f"i-{_digest(self.stack, name)}")
@@ -158,6 +162,12 @@ def _host_ips(cidr: str):
     for _ in range(3):  # .1-.3: router, DNS, future use
         next(hosts)
     return (str(ip) for ip in hosts)
+
+
+def _top_ips(cidr: str):
+    """A subnet's usable addresses from its end down (AWS reserves the broadcast address)."""
+    net = ipaddress.IPv4Network(cidr)
+    return (str(net.broadcast_address - i) for i in range(1, net.num_addresses - 4))
 
 
 def _plain(value: Any) -> Any:

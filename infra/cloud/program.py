@@ -23,6 +23,7 @@ from infra.cloud.slurm_controller import SlurmController
 from infra.cloud.staging import (DEPLOYED_OUTPUT, SLOTS_OUTPUT, StagedSlot, Staging, encode_deployment, layout_settings,
                                  resolve_staging)
 from infra.cloud.storage import Storage
+from infra.cloud.storage_clients import StorageClients
 from infra.cloud.userdata import EksCoordinates, eks_user_data, shell_user_data
 from infra.errors import ConfigError
 from infra.findings import Level
@@ -60,6 +61,7 @@ class Cluster:
     identity: Identity
     eks: Eks | None
     slurm: SlurmController | None
+    storage_clients: StorageClients
     compute: Compute
     staging: Staging
     deployment: pulumi.Output[dict]
@@ -74,6 +76,7 @@ class Cluster:
             "bucket": self.storage.bucket.bucket,
             "vpcId": self.network.vpc.id,
             "placementGroup": self.compute.placement_group.name,
+            "storageClients": self.storage_clients.inventory(),
         }
         if self.eks is not None:
             out["clusterName"] = self.eks.name
@@ -136,6 +139,8 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     slurm = None
     if slurm_pool:
         slurm = SlurmController(f"{name}-slurm", stack, spec, plan, network, tags, opts=opts)
+    # the storage base check's clients exist at any batch target: it runs before any GPU node is bought
+    clients = StorageClients(f"{name}-storage-clients", spec, plan, network, tags, opts=opts)
     ami = resolve_ami(spec)
     # Existing slots keep the image they were deployed with, new slots get the current one; a slot
     # named in image.slotAmis boots its override (a reimage upgrade moves groups this way).
@@ -145,7 +150,7 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     deployment = pulumi.Output.from_input(ami).apply(
         lambda current: encode_deployment(staging.deployment(name, layout, current)))
     return Cluster(plan=plan, network=network, storage=storage, identity=identity, eks=eks, slurm=slurm,
-                   compute=compute, staging=staging, deployment=deployment)
+                   storage_clients=clients, compute=compute, staging=staging, deployment=deployment)
 
 
 def run_program(*, mocked: bool = False) -> Cluster:

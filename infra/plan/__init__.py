@@ -16,6 +16,7 @@ from infra.plan.model import ClusterPlan
 from infra.plan.network import plan_network
 from infra.plan.partitions import allocate
 from infra.plan.storage import plan_storage
+from infra.plan.storage_clients import storage_client_findings
 from infra.plan.topology import build_topology, layout
 from infra.project import Project
 from infra.spec import ClusterSpec
@@ -48,6 +49,10 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
     findings += f
     storage, f = plan_storage(spec.storage, instance, topo.nodes)
     findings += f
+    if not spec.simulated:  # the simulator answers for its planned slots, not for client instances
+        a = spec.acceptance
+        findings += storage_client_findings(storage, instance, a.storage_clients, a.storage_client_type,
+                                            a.storage_min_share)
     memory = None
     if spec.model is not None:
         memory, f = memory_fit(spec.model, instance, c.unit_gpus)

@@ -1,16 +1,15 @@
 """The acceptance stages as rollout steps: collect a bundle, check it, journal the verdict.
 
 Why a runner apart from the orchestrator: the stages are stack-level (storage and network base
-checks once per stack before the first GPU batch, on a real stack on the canary's configured
-hosts before its gates; the training smoke job after the canary),
+checks once per stack before the first GPU batch; the training smoke job after the canary),
 so each is one decision with its own bundle, not a node transition. Each attempt is journaled
 as the rollout's own events (`infra.rollout.state`, type `acceptance`): `started` before the
 collection, the verdict (outcome, checks, reason codes, bundle, seconds) after it. A stage whose
 verdict is journaled is never collected again, so a resumed rollout gets the same answer; one
 started and not decided (a crash inside it) runs again, alone, into a fresh bundle folder
 (`<state_dir>/acceptance/<stage>/<attempt>/`). A failing base check returns before any later
-stage runs, so a shortfall halts the rollout before a GPU node (a real stack: one beyond the
-canary) is bought; a failed stage runs
+stage runs, so a storage shortfall halts the rollout before any GPU node is bought (where the
+checks run on each kind of stack: `AcceptanceHooks`); a failed stage runs
 again only after the operator journals a retry (`gpufleet rollout --retry-stage STAGE`). A
 passing smoke job's figures become the stack's training baseline
 (`<state_dir>/baselines/training.json`).
@@ -42,7 +41,6 @@ from infra.rollout.state import ACCEPTANCE_STAGES, RolloutState, StageStatus
 from infra.spec import ClusterSpec
 
 STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
-BASE_STAGES = (STORAGE, NETWORK)
 SMOKE_TOO_FEW_NODES = "smoke-too-few-nodes"
 
 
@@ -50,6 +48,14 @@ class AcceptanceCollector(Protocol):
     """Fills one stage's bundle folder (the simulator, a Slurm job, the preflight playbook)."""
 
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path: ...
+
+
+class StorageClients(Protocol):
+    """A real stack's storage clients (`infra.rollout.storage_base.StorageClientsBase`)."""
+
+    def prepare(self) -> list[str]:
+        """Bring the clients up and configure them; their names."""
+        ...
 
 
 @runtime_checkable
@@ -143,23 +149,27 @@ class AcceptanceRunner:
         return adopted
 
     def base_checks(self, blocks: Mapping[int, Sequence[str]]) -> list[A.StageOutcome]:
-        """Storage, then network; stops at the first stage that fails.
+        """Storage from the first of these nodes, then network across them; stops at the first stage that fails."""
+        done = [self.storage([n for b in sorted(blocks) for n in blocks[b]])]
+        if done[0].passed:
+            done.append(self.network(blocks))
+        return done
 
-        The network stage with no node pair to test (one node) is journaled not applicable: a
-        verdict from no checks would be a pass with no evidence."""
-        done: list[A.StageOutcome] = []
+    def storage(self, clients: Sequence[str]) -> A.StageOutcome:
+        """The storage base check from the first `storageClients` of `clients` (a real stack's own
+        client instances, else GPU hosts)."""
+        return self._stage(STORAGE, list(clients)[: self.spec.acceptance.storage_clients], [])
+
+    def network(self, blocks: Mapping[int, Sequence[str]]) -> A.StageOutcome:
+        """The network base check over sampled pairs of these nodes, by block.
+
+        With no node pair to test (one node) it is journaled not applicable: a verdict from no
+        checks would be a pass with no evidence."""
         nodes = [n for b in sorted(blocks) for n in blocks[b]]
         pairs = sample_pairs(blocks, self.spec.acceptance.efa_pairs_per_block, seed=len(nodes))
-        for stage in BASE_STAGES:
-            if stage == NETWORK and not pairs:
-                outcome = self._not_applicable(NETWORK, nodes, f"{len(nodes)} node(s): no node pair to test")
-            else:
-                outcome = self._stage(stage, nodes[: self.spec.acceptance.storage_clients] if stage == STORAGE
-                                      else nodes, pairs if stage == NETWORK else [])
-            done.append(outcome)
-            if not outcome.passed:
-                break
-        return done
+        if not pairs:
+            return self._not_applicable(NETWORK, nodes, f"{len(nodes)} node(s): no node pair to test")
+        return self._stage(NETWORK, nodes, pairs)
 
     def smoke(self, nodes: Sequence[str]) -> A.StageOutcome:
         """The training smoke job on two to four admitted nodes of the canary batch.
@@ -252,16 +262,16 @@ class LauncherSmokeCollector:
 
     def __init__(self, launcher: Launcher, python: str, script: str, data_dir: str, ranks_per_node: int,
                  steps: int, timeout_s: float = 900, extra: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None, container: A.SmokeContainer | None = None) -> None:
+                 env: Mapping[str, str] | None = None) -> None:
         self.launcher, self.python, self.script, self.data_dir = launcher, python, script, data_dir
         self.ranks_per_node, self.steps, self.timeout_s, self.extra = ranks_per_node, steps, timeout_s, tuple(extra)
-        self.env, self.container = dict(env or {}), container
+        self.env = dict(env or {})
 
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
         if stage != SMOKE:
             raise ValueError(f"the launcher collects the smoke stage only, not {stage!r}")
         spec = A.smoke_launch_spec(nodes, self.ranks_per_node, self.python, self.script, self.data_dir, self.steps,
-                                   self.extra, env=self.env, container=self.container)
+                                   self.extra, env=self.env)
         result, = self.launcher.run([spec], self.timeout_s)
         record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
                             ended=result.ended)
@@ -305,70 +315,76 @@ def halt_reason(outcome: A.StageOutcome) -> str | None:
 class AcceptanceHooks:
     """The orchestrator's StageHooks over an AcceptanceRunner.
 
-    Where the base checks run depends on the stack. On the simulator (`on_hosts` False) they run
-    before the first batch, on the first batch's planned slots by block (the simulator answers
-    for them). On a real stack (`on_hosts` True) nothing is up before the first batch, so they
-    run in `after_configure`, on the canary's configured hosts, before its preflight and gates:
-    a storage or network shortfall halts there, with the canary bought and nothing after it.
+    Where the base checks run depends on the stack:
+    - the simulator (`on_hosts` False): both before the first batch, on the first batch's planned
+      slots by block (the simulator answers for them);
+    - a real stack with storage clients (`storage_clients`, a Pulumi stack: its program creates
+      them with the file system): storage before the first batch, on the clients, which
+      `before_batches` first brings up and configures, so a shortfall halts before any GPU node
+      is bought; network in `after_configure`, on the canary's configured hosts (it tests the
+      nodes' own links and EFA), before their preflight and gates;
+    - a real stack without clients (static hosts: nothing but the fleet exists): both in
+      `after_configure` on the canary's configured hosts; a shortfall halts with the canary
+      bought and nothing after it.
     The smoke job takes the canary's admitted nodes; `smoke_unavailable` (a pool with no launch
     of the job) journals it not applicable with that reason. Verdicts are journaled by the
     runner, so a resumed rollout that calls a hook again gets the journaled answer without
     collecting twice.
     """
 
-    def __init__(self, runner: AcceptanceRunner, on_hosts: bool = False, smoke_unavailable: str | None = None) -> None:
+    def __init__(self, runner: AcceptanceRunner, on_hosts: bool = False, smoke_unavailable: str | None = None,
+                 storage_clients: StorageClients | None = None) -> None:
         self.runner, self.on_hosts, self.smoke_unavailable = runner, on_hosts, smoke_unavailable
+        self.storage_clients = storage_clients
 
     def before_batches(self) -> str | None:
-        if self.on_hosts:
+        if not self.on_hosts:
+            return self._base_checks(self._blocks(n.name for n in self.runner.plan.batch_nodes(1)))
+        if self.storage_clients is None:
             return None
-        return self._base_checks(n.name for n in self.runner.plan.batch_nodes(1))
+        return self._storage_on_clients()
 
     def after_configure(self, batch: int, slots: Sequence[str]) -> str | None:
         if not self.on_hosts or batch != 1:
             return None
-        return self._base_checks(slots)
+        if self.storage_clients is None:
+            return self._base_checks(self._blocks(slots))
+        # journaled by before_batches, so read back; collected here only for a rollout whose canary
+        # was bought before this gpufleet ran the check on clients
+        reason = self._storage_on_clients()
+        return reason if reason is not None else halt_reason(self.runner.network(self._blocks(slots)))
 
     def after_canary(self, admitted: Sequence[str]) -> str | None:
         if self.smoke_unavailable is not None:
             return halt_reason(self.runner.smoke_not_applicable(admitted, self.smoke_unavailable))
         return halt_reason(self.runner.smoke(admitted))
 
-    def _base_checks(self, slots: Iterable[str]) -> str | None:
-        block_of = {n.name: n.block for n in self.runner.plan.nodes}
-        blocks: dict[int, list[str]] = {}
-        for slot in slots:
-            blocks.setdefault(block_of[slot], []).append(slot)
+    def _storage_on_clients(self) -> str | None:
+        """The journaled storage verdict, else the clients prepared and the stage run on them."""
+        assert self.storage_clients is not None
+        done = self.runner.recorded(STORAGE)
+        return halt_reason(done if done is not None else self.runner.storage(self.storage_clients.prepare()))
+
+    def _base_checks(self, blocks: Mapping[int, Sequence[str]]) -> str | None:
         for outcome in self.runner.base_checks(blocks):
             reason = halt_reason(outcome)
             if reason is not None:
                 return reason
         return None
 
+    def _blocks(self, slots: Iterable[str]) -> dict[int, list[str]]:
+        block_of = {n.name: n.block for n in self.runner.plan.nodes}
+        blocks: dict[int, list[str]] = {}
+        for slot in slots:
+            blocks.setdefault(block_of[slot], []).append(slot)
+        return blocks
+
 
 def smoke_paths(spec: ClusterSpec) -> tuple[str, str]:
-    """(train_smoke.py, its dataset folder) as a real stack's nodes see them: `acceptance.smokeScript`,
-    else where site.yml's workloads role installs it on every node; the dataset on the shared file
-    system's gpufleet-acceptance folder (every rank reads what rank 0 wrote; the base checks write there too)."""
+    """(train_smoke.py, its dataset folder) as a real stack's nodes see them (`acceptance.smokeScript`,
+    else the shared file system's gpufleet-acceptance folder, where the base checks also write)."""
     base = f"{spec.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
-    return spec.acceptance.smoke_script or f"{A.WORKLOADS_DIR}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
-
-
-def smoke_container(spec: ClusterSpec, script: str) -> A.SmokeContainer | None:
-    """The pinned workload image a real Slurm stack's smoke job runs in (pyxis, over the squashfs file
-    role image_prepull wrote on every node); None without `acceptance.workloadImage` (the node's
-    `smokePython` then). Bound at the same paths: the shared file system (the dataset's folder is
-    created under it by the job, so the mount point itself, which always exists) and, read-only,
-    the script's folder unless it lies on that file system."""
-    a = spec.acceptance
-    if a.workload_image is None:
-        return None
-    from infra.gates.image import enroot_squashfs
-
-    shared, scripts = Path(spec.storage.mount_path), Path(script).parent
-    return A.SmokeContainer(image=enroot_squashfs(a.workload_image), mounts=(str(shared),),
-                            read_only=() if scripts.is_relative_to(shared) else (str(scripts),),
-                            python=a.smoke_image_python)
+    return spec.acceptance.smoke_script or f"{base}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
 
 
 def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: StageJournal | None = None,
@@ -381,10 +397,10 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
 
     A simulated stack runs the simulator's collector. A real stack runs them over its adapters
     (`wiring`, an `infra.rollout.wiring.Wiring`): storage and network through `wiring.acceptance`
-    (acceptance.yml over the stack's executor) on the canary's configured hosts, the smoke job
-    through the pool's launcher (srun; on a Kubernetes pool an Indexed Job in the workload image,
-    journaled not applicable when the stack names none). None for a real stack without wiring
-    (nothing to run them on).
+    (acceptance.yml over the stack's executor), storage on `wiring.storage_clients` before the
+    first batch when the stack has them, network on the canary's configured hosts, the smoke job
+    through the pool's launcher (srun; a Kubernetes pool has no launch of it yet, so there it is
+    journaled not applicable). None for a real stack without wiring (nothing to run them on).
     """
     from infra import catalog
 
@@ -394,7 +410,7 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
 
         collector: AcceptanceCollector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance,
                                                                 seed=spec.simulator.seed)
-        on_hosts, smoke_unavailable = False, None
+        on_hosts, smoke_unavailable, clients = False, None, None
     elif wiring is not None and wiring.acceptance is not None:
         pool = wiring.adapters.pool
         collectors: dict[str, AcceptanceCollector] = {STORAGE: wiring.acceptance, NETWORK: wiring.acceptance}
@@ -403,21 +419,13 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
             script, data_dir = smoke_paths(spec)
             collectors[SMOKE] = LauncherSmokeCollector(PoolLauncher(pool), spec.acceptance.smoke_python, script,
                                                        data_dir, ranks_per_node=sku.gpus,
-                                                       steps=spec.acceptance.smoke_steps,
-                                                       container=smoke_container(spec, script))
-        elif pool.kind == "kubernetes":  # an Indexed Job of torchrun pods in the workload image
-            from infra.project import current_project
-            from infra.rollout import kubernetes_smoke as ks
-
-            smoke_unavailable = ks.unavailable(spec)
-            if smoke_unavailable is None:
-                collectors[SMOKE] = ks.KubernetesSmokeCollector(pool, spec, sku,
-                                                                lambda: ks.project_script(current_project()))
+                                                       steps=spec.acceptance.smoke_steps)
         else:
-            smoke_unavailable = f"the {pool.kind} pool has no launch of the smoke job"
+            smoke_unavailable = f"the {pool.kind} pool has no launch of the smoke job (srun only)"
         collector, on_hosts = StageCollectors(collectors), True
+        clients = wiring.storage_clients
     else:
         return None
     runner = AcceptanceRunner(spec, plan, state_dir, collector, sku, journal=journal)
     runner.adopt_recorded_files()
-    return AcceptanceHooks(runner, on_hosts=on_hosts, smoke_unavailable=smoke_unavailable)
+    return AcceptanceHooks(runner, on_hosts=on_hosts, smoke_unavailable=smoke_unavailable, storage_clients=clients)

@@ -71,7 +71,8 @@ class StageHooks(Protocol):
     and not collect twice (as `infra.rollout.acceptance.AcceptanceRunner` does)."""
 
     def before_batches(self) -> str | None:
-        """Storage and network base checks, before the first GPU node is provisioned."""
+        """The base checks due before the first GPU node is provisioned (the simulator: storage and
+        network; a Pulumi stack: storage, on its own client instances)."""
         ...
 
     def after_canary(self, admitted: Sequence[str]) -> str | None:
@@ -80,7 +81,9 @@ class StageHooks(Protocol):
 
 
 class HostStageHooks(StageHooks, Protocol):
-    """StageHooks whose base checks need hosts (a real stack: nothing is up before the first batch).
+    """StageHooks whose base checks need GPU hosts: a real stack's network base check (the nodes'
+    own links and EFA), and its storage check too where the stack has no storage clients (static
+    hosts: nothing but the fleet exists before the first batch).
 
     Optional: the orchestrator calls `after_configure` only on hooks that have it."""
 
@@ -190,7 +193,7 @@ class Orchestrator:
         return False
 
     def _after_configure(self, k: int) -> bool:
-        """The canary's configured hosts to the hooks' `after_configure` (a real stack's base checks)
+        """The canary's configured hosts to the hooks' `after_configure` (a real stack's network check)
         once its configure step has settled; True when the hook halted the rollout."""
         hook = getattr(self.hooks, "after_configure", None)
         if hook is None or k != 1 or self._provisioning_open(k) or any(

@@ -86,6 +86,18 @@ class Provisioner(Protocol):
 
 
 @runtime_checkable
+class BaseProvisioner(Protocol):
+    """A Provisioner that can build the stack's base alone: network, file system, controller and the
+    storage base check's clients, no GPU node (the Pulumi stack at batch target 0). Optional: the
+    simulator models the storage check on planned slots and static hosts have no clients, so the
+    acceptance hooks ask for it only where it is there (`infra.rollout.acceptance.AcceptanceHooks`)."""
+
+    def provision_base(self) -> Mapping[str, Instance]:
+        """Make the base exist (never lowering a batch target); return its storage clients by name."""
+        ...
+
+
+@runtime_checkable
 class Executor(Protocol):
     """Runs the playbooks on nodes and brings back raw outputs (never decides)."""
 

@@ -6,6 +6,9 @@ a progress callback; the instances come from the stack's `nodes` output after a 
 update. A failed update leaves that output as it was (pulumi/pulumi#14621), so what came up
 then is read from the stack's state, and the engine's diagnostics say why the rest did not.
 
+`provision_base()` runs before batch 1: target 0 when the stack has none (the base and the
+storage base check's clients, no GPU node), then the clients from the `storageClients` output.
+
 Failures are typed (`ProvisioningError` with `retryable` and the slots): a concurrent update or
 API throttling is retried here a bounded number of times with exponential backoff and jitter
 (`up` is idempotent: it converges on the same program); a capacity shortfall
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 TARGET_KEY = "gpufleet:rollout.targetBatch"
 SLOT_AMIS_KEY = "gpufleet:image.slotAmis"  # + ["<slot>"], path-aware: the stack's image key stays one object
 NODES_OUTPUT = "nodes"
+CLIENTS_OUTPUT = "storageClients"  # the storage base check's clients (infra.cloud.storage_clients)
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
 NODE_PARENT_TYPE = "gpufleet:compute:Compute"  # the Compute component parents every GPU instance
 CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
@@ -159,6 +163,13 @@ def nodes_from_output(value: Any) -> dict[str, Instance]:
             out[row["slot"]] = Instance(slot=row["slot"], instance_id=row["instanceId"], batch=int(row["batch"]),
                                         block=int(row["block"]), private_ip=row.get("privateIp"))
     return out
+
+
+def clients_from_output(value: Any) -> dict[str, Instance]:
+    """The program's `storageClients` output ({name: {instanceId, privateIp}}) as Instances of no
+    batch or block (0): hosts the executor reaches like nodes, never slots of the plan."""
+    return {name: Instance(slot=name, instance_id=row["instanceId"], batch=0, block=0, private_ip=row.get("privateIp"))
+            for name, row in sorted((value or {}).items())}
 
 
 def slot_ami_key(slot: str) -> str:
@@ -276,6 +287,27 @@ class PulumiProvisioner:
                 raise ProvisioningError(f"slot {slot.name} has no new instance: {why}",
                                         retryable=classify(why) is not None, slots=(slot.name,))
             return new
+
+    def provision_base(self) -> Mapping[str, Instance]:
+        """`infra.rollout.ports.BaseProvisioner`: the base (network, file system, controller, storage
+        clients) before any GPU node. A stack with no batch target gets 0, one with a target keeps it
+        (never lowered: the program refuses a shrink), and one `up` converges either; the storage
+        clients come from its outputs."""
+        with self._lock:
+            self._raise_target(0)
+            digest, failure, outputs = self._up()
+            if failure is not None:
+                raise ProvisioningError(f"the base of stack {self.stack.name} is not up: "
+                                        f"{_tail(digest.error_text() or str(failure))}", retryable=True)
+            clients = clients_from_output(_value(outputs.get(CLIENTS_OUTPUT)))
+            if not clients:
+                raise ProvisioningError(f"stack {self.stack.name} exports no `{CLIENTS_OUTPUT}` after its update: "
+                                        "the storage base check has no client to run on")
+            return clients
+
+    def storage_clients(self) -> Mapping[str, Instance]:
+        """The storage clients as of the last update (read-only, like `inventory`)."""
+        return clients_from_output(self.outputs().get(CLIENTS_OUTPUT))
 
     def inventory(self) -> Mapping[str, Instance]:
         """Read-only, so not serialized: `stack export` reads the last checkpoint, even mid-update."""

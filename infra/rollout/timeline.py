@@ -11,9 +11,10 @@ and batch k is done (one orchestrator works batch by batch).
 
 The stack-level acceptance stages (DESIGN.md section 6) sit on the critical path where the flow
 puts them: the storage base check before the canary is provisioned (a shortfall halts before any
-GPU node is bought), the network base check on the canary's first hosts once they are up (it
-needs nodes; its configure waits for it), and the training smoke job on the canary's admitted
-nodes before batch 2 is provisioned (nothing after the canary is bought until it passes). So,
+GPU node is bought: a real stack runs it on its own storage clients), the network base check on
+the canary's hosts once they are configured, before their gates (it tests the nodes' own links
+and EFA), and the training smoke job on the canary's admitted nodes before batch 2 is
+provisioned (nothing after the canary is bought until it passes). So,
 under either schedule, the base checks delay the canary's end, and all three every later batch. The lower bound is the storage
 check, the canary's path with the network check and the smoke job, plus the longest other
 batch's path: no schedule beats it with one canary first.
@@ -115,10 +116,11 @@ def _run(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages) -
             start_p = prev_end
         end_p = start_p + b.provision
         start = max(end_p, prev_end)
-        if i == 0:
-            start = stage(NETWORK, start, stages.network)
-        prev_gate_start = start + b.configure
-        prev_end = start + b.configure + b.rest
+        configured = start + b.configure
+        if i == 0:  # on the canary's configured hosts, before its gates
+            configured = stage(NETWORK, configured, stages.network)
+        prev_gate_start = configured
+        prev_end = configured + b.rest
         ends.append(prev_end)
         if i == 0:
             prev_end = stage(SMOKE, prev_end, stages.smoke)

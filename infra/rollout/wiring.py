@@ -6,7 +6,8 @@ Why one place: the orchestrator cannot tell the adapters apart; only this module
 
 A real stack's Executor needs the stack's outputs (the SSM bucket, the Slurm controller and its
 munge secret), which exist only once the first batch's update ran: it is built at its first call
-(`_FirstUseExecutor`), from `gpufleet:configure` and those outputs (`real_executor`).
+(`_FirstUseExecutor`), from `gpufleet:configure` and those outputs (`real_executor`); the first
+call is the storage clients' configure, after the base's update (`infra.rollout.storage_base`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Wiring:
     # a real stack's storage and network base checks (acceptance.yml through the executor); the
     # simulator's stages keep infra.sim.acceptance's collector (infra.rollout.acceptance.stack_hooks)
     acceptance: Any | None = None  # infra.rollout.acceptance_collect.PlaybookAcceptanceCollector
+    # a Pulumi stack's storage clients, where its storage base check runs before the first batch
+    storage_clients: Any | None = None  # infra.rollout.storage_base.StorageClientsBase
 
 
 def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
@@ -78,11 +81,17 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
         raise ConfigError(f"the Pulumi provisioner is not available here ({exc})", field="gpufleet:simulator",
                           expected="a simulated stack, or an installation with infra.rollout.pulumi_provisioner"
                           ) from None
+    from infra.rollout.storage_base import StorageClientsBase
+
     provisioner = PulumiProvisioner.for_stack(spec, project, stack)
     executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
     pool = _pool(spec, plan, project, stack, None, outputs=provisioner.outputs)
+    clients = StorageClientsBase(provisioner, executor,
+                                 lambda: storage_client_vars(spec, project, provisioner.outputs()))
     return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True,
-                  acceptance=acceptance_collector(spec, executor, lambda: provisioner.inventory()))
+                  acceptance=acceptance_collector(spec, executor,
+                                                  lambda: {**provisioner.inventory(), **clients.inventory()}),
+                  storage_clients=clients)
 
 
 def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any,
@@ -134,6 +143,21 @@ def acceptance_collector(spec: ClusterSpec, runner: Any, inventory: Callable[[],
     return PlaybookAcceptanceCollector(runner, inventory, spec.storage.mount_path, spec.acceptance,
                                        int(spec.storage.checkpoint_tib * TIB),
                                        NetworkTools(provider="efa" if efa else "tcp"))
+
+
+def storage_client_vars(spec: ClusterSpec, project: Project, outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """storage_clients.yml's extravars: the Lustre client the BOM pins for the stack's OS (the
+    clients run that OS's plain image), mounting the stack's FSx at `storage.mountPath`."""
+    from infra import catalog
+    from infra.bom import resolve_bom_path
+    from infra.configure.extravars import LustreMount, configure_extravars
+    from infra.rollout.storage_base import storage_client_extravars
+
+    lustre = LustreMount(str(outputs.get("fsxDnsName") or ""), str(outputs.get("fsxMountName") or ""),
+                         spec.storage.mount_path)
+    site = configure_extravars(load_bom(resolve_bom_path(spec, project)), spec.image.os,
+                               catalog.get(spec.cluster.instance_type), lustre=lustre)
+    return storage_client_extravars(site)
 
 
 def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str,

@@ -39,7 +39,7 @@ def test_the_stages_sit_on_the_critical_path_where_the_flow_runs_them(pipelining
     assert with_stages.lower_bound_s == bare.lower_bound_s + 340
     assert with_stages.acceptance_s == {
         "storage": (0, 100),  # before the canary is provisioned
-        "network": (700, 740),  # on the canary's hosts once they are up, before its configure
+        "network": (1600, 1640),  # on the canary's configured hosts, before its gates
         "smoke": (3140, 3340)}  # after the canary, before batch 2 is provisioned
     assert with_stages.batch_end_s[0] == 3140
     assert [e - b for e, b in zip(with_stages.batch_end_s, bare.batch_end_s, strict=True)] == [140, 340, 340]

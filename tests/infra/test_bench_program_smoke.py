@@ -18,9 +18,10 @@ def _bench():
 
 
 def test_bench_runs_at_small_size():
-    rows = _bench().run(sizes=(32,), stack="dev")  # dev is a Slurm stack: 4 GPU nodes and the head node
+    # dev is a Slurm stack: 4 GPU nodes, the head node and the storage base check's 4 clients
+    rows = _bench().run(sizes=(32,), stack="dev")
     assert [r["label"] for r in rows] == ["baseline dev", "dev x32"]
-    assert rows[1]["instances"] == 4 + 1 and rows[1]["seconds"] > 0 and rows[1]["peak_mib"] > 0
+    assert rows[1]["instances"] == 4 + 1 + 4 and rows[1]["seconds"] > 0 and rows[1]["peak_mib"] > 0
 
 
 def test_time_and_memory_come_from_separate_runs(monkeypatch):

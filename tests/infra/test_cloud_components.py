@@ -154,7 +154,7 @@ def test_capacity_is_targeted_never_bought(cap):
     market = (lt.inputs.get("instanceMarketOptions") or {}).get("marketType")
     assert market == ("capacity-block" if cap_cfg.type.value == "capacity-block" else None)
     used = {(i.inputs.get("capacityReservationSpecification") or {}).get("capacityReservationTarget", {})
-            .get("capacityReservationId") for i in cap.of_type(INSTANCE)}
+            .get("capacityReservationId") for i in cap.of_type(INSTANCE) if i.inputs["tags"][t.ROLE] == "gpu-node"}
     assert used == (set(ids) if ids else {None})
 
 

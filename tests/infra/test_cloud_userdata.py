@@ -12,6 +12,11 @@ from infra.cloud.userdata import GATE_TAINT, NODEADM_CONTENT_TYPE
 INSTANCE = "aws:ec2/instance:Instance"
 
 
+def _gpu_nodes(cap):
+    """The GPU node instances (the Slurm head and the storage clients are instances too)."""
+    return [i for i in cap.of_type(INSTANCE) if i.inputs["tags"]["gpufleet.io/role"] == "gpu-node"]
+
+
 def _parts(user_data: str) -> dict[str, str]:
     msg = email.message_from_string(user_data)
     assert msg.is_multipart() and msg.get_content_type() == "multipart/mixed"
@@ -26,7 +31,7 @@ def test_eks_nodes_register_tainted_with_their_slot_labels(full_capture, nodeadm
     for stack in ("prod", "inference"):
         cap = full_capture(stack)
         cluster, = cap.of_type("aws:eks/cluster:Cluster")
-        for inst in cap.of_type(INSTANCE)[:: 31]:
+        for inst in _gpu_nodes(cap)[:: 31]:
             parts = _parts(inst.inputs["userData"])
             config = yaml.safe_load(parts[NODEADM_CONTENT_TYPE])
             jsonschema.validate(config, nodeadm_schema)
@@ -51,7 +56,7 @@ def test_slurm_and_sim_nodes_get_a_shell_part_and_no_nodeconfig(full_capture):
 
 
 def test_a_broken_nodeconfig_fails_the_schema(full_capture, nodeadm_schema):
-    inst = full_capture("prod").of_type(INSTANCE)[0]
+    inst = _gpu_nodes(full_capture("prod"))[0]
     config = yaml.safe_load(_parts(inst.inputs["userData"])[NODEADM_CONTENT_TYPE])
     config["spec"]["kubelet"]["flags"] = "--register-with-taints=x"  # a string where the CRD wants a list
     try:

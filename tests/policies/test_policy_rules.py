@@ -88,7 +88,7 @@ def test_storage_encrypted(prod):
 
 
 def test_secret_in_user_data(prod):
-    inst = _one(prod, rules.INSTANCE)
+    inst = _one(prod, rules.INSTANCE, "gpu-node")
     _check(rules.no_secret_in_user_data, inst,
            lambda p: p.update(userData=p["userData"] + "\nexport AWS_ACCESS_KEY_ID=AKIAABCDEFGHIJKLMNOP\n"))
     _check(rules.no_secret_in_user_data, inst,
@@ -96,7 +96,7 @@ def test_secret_in_user_data(prod):
 
 
 def test_required_tags(prod, full_capture):
-    _check(rules.required_tags, _one(prod, rules.INSTANCE), lambda p: p["tags"].pop(t.SLOT))
+    _check(rules.required_tags, _one(prod, rules.INSTANCE, "gpu-node"), lambda p: p["tags"].pop(t.SLOT))
     head = _one(full_capture("dev"), rules.INSTANCE, "slurm-controller")  # not a GPU node: no slot tags
     _check(rules.required_tags, head, lambda p: p["tags"].pop(t.STACK))
     _check(rules.required_tags, head, lambda p: p.update(instanceType="p5.48xlarge"))

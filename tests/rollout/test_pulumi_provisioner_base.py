@@ -1,0 +1,57 @@
+"""`PulumiProvisioner.provision_base` against the fake `PulumiCommand` of the provisioner tests: the
+base (batch target 0 when none is set, never lowered) in one `up`, the storage clients from the
+stack's `storageClients` output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.errors import ProvisioningError
+from infra.rollout.ports import BaseProvisioner, Instance
+from tests.rollout.test_pulumi_provisioner import (AFTER_UP, GET_TARGET, SELECT, SET_TARGET, UP, FakePulumi, _argv,
+                                                   _provisioner)
+
+CLIENTS = {"dev-storage-client-0": {"instanceId": "i-0c1", "privateIp": "10.20.0.254"},
+           "dev-storage-client-1": {"instanceId": "i-0c2", "privateIp": "10.20.0.253"}}
+
+
+class BaseStack(FakePulumi):
+    """The fake CLI, its stack exporting `storageClients` (None: an older program without them)."""
+
+    def __init__(self, clients: dict | None) -> None:
+        super().__init__([(None, 0, "")])
+        self.clients = clients
+
+    def _answer(self, a: list[str]) -> tuple[str, str, int]:
+        if a[:2] == ["stack", "output"]:
+            outputs = {"nodes": self.nodes(), **({"storageClients": self.clients} if self.clients is not None else {})}
+            return json.dumps(outputs), "", 0
+        return super()._answer(a)
+
+
+def test_a_fresh_stack_gets_target_0_one_up_and_its_storage_clients(tmp_path):
+    fake = BaseStack(CLIENTS)
+    p, _ = _provisioner(fake, tmp_path)
+    assert isinstance(p, BaseProvisioner)
+    clients = p.provision_base()
+    assert _argv(fake.calls) == [SELECT, GET_TARGET, SET_TARGET(0), UP, *AFTER_UP]
+    assert clients == {"dev-storage-client-0": Instance("dev-storage-client-0", "i-0c1", 0, 0, "10.20.0.254"),
+                       "dev-storage-client-1": Instance("dev-storage-client-1", "i-0c2", 0, 0, "10.20.0.253")}
+    assert fake.resources == {}  # no GPU node
+
+
+def test_a_stack_with_a_target_keeps_it(tmp_path):
+    fake = BaseStack(CLIENTS)
+    fake.config["gpufleet:rollout.targetBatch"] = "2"
+    p, _ = _provisioner(fake, tmp_path)
+    assert sorted(p.provision_base()) == sorted(CLIENTS)
+    assert _argv(fake.calls) == [SELECT, GET_TARGET, UP, *AFTER_UP]  # never lowered
+    assert sorted(p.storage_clients()) == sorted(CLIENTS)
+
+
+def test_a_stack_without_storage_clients_is_refused(tmp_path):
+    p, _ = _provisioner(BaseStack(None), tmp_path)
+    with pytest.raises(ProvisioningError, match="exports no `storageClients`"):
+        p.provision_base()
