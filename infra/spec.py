@@ -258,11 +258,12 @@ class AcceptanceConfig(_Model):
     smoke_steps: int = Field(default=30, ge=5, le=10_000)
     smoke_loss_factor: float = Field(default=0.5, gt=0, lt=1)  # the last loss at most this times the first
     smoke_min_samples_per_second: float | None = Field(default=None, gt=0)  # None: the instance type's floor
-    # A real stack's smoke job (the simulator runs none): an interpreter with torch on the GPU nodes,
-    # and images/workloads/train_smoke.py where every node reads it. Neither the AMI nor site.yml
-    # installs them, so the operator puts the script there; None: <storage.mountPath>/gpufleet-acceptance/
-    # train_smoke.py, on the shared file system every node mounts (the job's dataset goes beside it).
+    # A real stack's smoke job (the simulator runs none) runs images/workloads/train_smoke.py, which
+    # site.yml's workloads role installs on every node (None: that role's /opt/gpufleet/workloads/
+    # train_smoke.py). With a workloadImage it runs in that image (pyxis), with its `smokeImagePython`;
+    # without one, with the node's `smokePython`, which must have torch (the AMI's python3 has none).
     smoke_python: str = Field(default="python3", pattern=r"^[A-Za-z0-9._/+-]+$")
+    smoke_image_python: str = Field(default="python", pattern=r"^[A-Za-z0-9._/+-]+$")
     smoke_script: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._/+-]+\.py$")
     workload_image: str | None = Field(default=None, pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"
                                        r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+@sha256:[0-9a-f]{64}$")

@@ -262,16 +262,16 @@ class LauncherSmokeCollector:
 
     def __init__(self, launcher: Launcher, python: str, script: str, data_dir: str, ranks_per_node: int,
                  steps: int, timeout_s: float = 900, extra: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, container: A.SmokeContainer | None = None) -> None:
         self.launcher, self.python, self.script, self.data_dir = launcher, python, script, data_dir
         self.ranks_per_node, self.steps, self.timeout_s, self.extra = ranks_per_node, steps, timeout_s, tuple(extra)
-        self.env = dict(env or {})
+        self.env, self.container = dict(env or {}), container
 
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
         if stage != SMOKE:
             raise ValueError(f"the launcher collects the smoke stage only, not {stage!r}")
         spec = A.smoke_launch_spec(nodes, self.ranks_per_node, self.python, self.script, self.data_dir, self.steps,
-                                   self.extra, env=self.env)
+                                   self.extra, env=self.env, container=self.container)
         result, = self.launcher.run([spec], self.timeout_s)
         record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
                             ended=result.ended)
@@ -381,10 +381,28 @@ class AcceptanceHooks:
 
 
 def smoke_paths(spec: ClusterSpec) -> tuple[str, str]:
-    """(train_smoke.py, its dataset folder) as a real stack's nodes see them (`acceptance.smokeScript`,
-    else the shared file system's gpufleet-acceptance folder, where the base checks also write)."""
+    """(train_smoke.py, its dataset folder) as a real stack's nodes see them: `acceptance.smokeScript`,
+    else where site.yml's workloads role installs it on every node; the dataset on the shared file
+    system's gpufleet-acceptance folder (every rank reads what rank 0 wrote; the base checks write there too)."""
     base = f"{spec.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
-    return spec.acceptance.smoke_script or f"{base}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
+    return spec.acceptance.smoke_script or f"{A.WORKLOADS_DIR}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
+
+
+def smoke_container(spec: ClusterSpec, script: str) -> A.SmokeContainer | None:
+    """The pinned workload image a real Slurm stack's smoke job runs in (pyxis, over the squashfs file
+    role image_prepull wrote on every node); None without `acceptance.workloadImage` (the node's
+    `smokePython` then). Bound at the same paths: the shared file system (the dataset's folder is
+    created under it by the job, so the mount point itself, which always exists) and, read-only,
+    the script's folder unless it lies on that file system."""
+    a = spec.acceptance
+    if a.workload_image is None:
+        return None
+    from infra.gates.image import enroot_squashfs
+
+    shared, scripts = Path(spec.storage.mount_path), Path(script).parent
+    return A.SmokeContainer(image=enroot_squashfs(a.workload_image), mounts=(str(shared),),
+                            read_only=() if scripts.is_relative_to(shared) else (str(scripts),),
+                            python=a.smoke_image_python)
 
 
 def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: StageJournal | None = None,
@@ -399,8 +417,9 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
     (`wiring`, an `infra.rollout.wiring.Wiring`): storage and network through `wiring.acceptance`
     (acceptance.yml over the stack's executor), storage on `wiring.storage_clients` before the
     first batch when the stack has them, network on the canary's configured hosts, the smoke job
-    through the pool's launcher (srun; a Kubernetes pool has no launch of it yet, so there it is
-    journaled not applicable). None for a real stack without wiring (nothing to run them on).
+    through the pool's launcher (srun; on a Kubernetes pool an Indexed Job in the workload image,
+    journaled not applicable when the stack names none). None for a real stack without wiring
+    (nothing to run them on).
     """
     from infra import catalog
 
@@ -419,9 +438,18 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
             script, data_dir = smoke_paths(spec)
             collectors[SMOKE] = LauncherSmokeCollector(PoolLauncher(pool), spec.acceptance.smoke_python, script,
                                                        data_dir, ranks_per_node=sku.gpus,
-                                                       steps=spec.acceptance.smoke_steps)
+                                                       steps=spec.acceptance.smoke_steps,
+                                                       container=smoke_container(spec, script))
+        elif pool.kind == "kubernetes":  # an Indexed Job of torchrun pods in the workload image
+            from infra.project import current_project
+            from infra.rollout import kubernetes_smoke as ks
+
+            smoke_unavailable = ks.unavailable(spec)
+            if smoke_unavailable is None:
+                collectors[SMOKE] = ks.KubernetesSmokeCollector(pool, spec, sku,
+                                                                lambda: ks.project_script(current_project()))
         else:
-            smoke_unavailable = f"the {pool.kind} pool has no launch of the smoke job (srun only)"
+            smoke_unavailable = f"the {pool.kind} pool has no launch of the smoke job"
         collector, on_hosts = StageCollectors(collectors), True
         clients = wiring.storage_clients
     else:
