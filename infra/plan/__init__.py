@@ -90,8 +90,14 @@ def _monitoring_findings(spec: ClusterSpec) -> list[Finding]:
 def _smoke_runtime_findings(spec: ClusterSpec) -> list[Finding]:
     """A real Slurm stack's smoke job runs in the workload image (pyxis) or with `smokePython` on the
     node (`infra.rollout.acceptance.stack_hooks`); with neither set it would run the node's python3,
-    which has no torch, and fail after the canary (`smoke-failed`)."""
+    which has no torch, and fail after the canary (`smoke-failed`). A Kubernetes stack's runs only in
+    the image (`infra.rollout.kubernetes_smoke`): without one it is not run at all."""
     a = spec.acceptance
+    if not spec.simulated and spec.pool.type == "kubernetes" and a.workload_image is None:
+        return [warning("SMOKE_NOT_RUN", "gpufleet:acceptance.workloadImage",
+                        "a Kubernetes pool runs the training smoke job only in the workload image (its nodes have "
+                        "no torch): without acceptance.workloadImage (repo@sha256:<digest>) the smoke stage is "
+                        "journaled not applicable and the stack records no training baseline")]
     if spec.simulated or spec.pool.type != "slurm" or a.workload_image is not None \
             or "smoke_python" in a.model_fields_set:
         return []

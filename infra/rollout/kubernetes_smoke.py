@@ -7,7 +7,8 @@ node-rank order, as the stage's bundle for `infra.gates.acceptance.smoke_checks`
 
 Its image is `acceptance.workloadImage`: the nodes run no Python with torch of their own, so a
 stack that names no image has no smoke job to run on Kubernetes (`unavailable`); the stage is
-then journaled not applicable with that reason. The script is the project's
+then journaled not applicable with that reason (and `validate` warns, SMOKE_NOT_RUN). The image's
+interpreter is `acceptance.smokeImagePython`. The script is the project's
 `images/workloads/train_smoke.py`, read when the job is launched.
 """
 
@@ -75,7 +76,7 @@ class KubernetesSmokeCollector:
         cfg = self.spec.acceptance
         assert cfg.workload_image is not None
         return SmokeJob(name=self.job_name(), namespace=self.pool.namespace, image=cfg.workload_image,
-                        python=cfg.smoke_python, script=self.script(), node_names=tuple(names[s] for s in slots),
+                        python=cfg.smoke_image_python, script=self.script(), node_names=tuple(names[s] for s in slots),
                         instance=self.instance, mount_path=self.spec.storage.mount_path,
                         data_dir=smoke_paths(self.spec)[1], steps=cfg.smoke_steps,
                         nccl_configmap=nccl_configmap_name(self.instance.name), timeout_s=self.timeout_s,

@@ -146,7 +146,8 @@ def test_the_smoke_job_runs_as_an_indexed_job_and_its_pod_logs_pass_the_checks(c
     base = json.loads((tmp_path / "state" / "baselines" / "training.json").read_text())
     assert base["world_size"] == 2 and base["backend"] == "gloo" and base["last_loss"] <= 0.5 * base["first_loss"]
     assert list((tmp_path / "pods" / "fsx" / "gpufleet-acceptance" / "smoke").glob("smoke-dataset-*.pt"))
-    ran = kube.on_request.commands
+    ran = kube.on_request.commands  # the image's interpreter (smokeImagePython) ran torchrun, as node rank 0 and 1
+    assert kube.posts[0][1]["spec"]["template"]["spec"]["containers"][0]["command"][0] == "python"
     assert [a for a in ran[1] if a.startswith("--node-rank=")] == ["--node-rank=1"]
     assert not kube.jobs and not kube.configmaps and not kube.services and not kube.pods  # all deleted
 
@@ -170,6 +171,9 @@ def test_a_kubernetes_stack_without_a_workload_image_journals_the_smoke_stage_no
     hooks = stack_hooks(spec, plan, tmp_path, wiring=kubernetes_wiring(SimpleNamespace(kind="kubernetes")))
     assert hooks is not None and hooks.smoke_unavailable == NO_IMAGE
     assert "smoke" not in hooks.runner.collector.by_stage
+    (finding,) = [f for f in plan.findings if f.code == "SMOKE_NOT_RUN"]  # `validate` says so up front
+    assert finding.level.value == "WARNING" and finding.field == "gpufleet:acceptance.workloadImage"
+    assert not [f for f in build_plan(kubernetes_spec()).findings if f.code == "SMOKE_NOT_RUN"]
 
 
 def test_the_script_comes_from_the_project_and_a_missing_one_names_its_path(tmp_path):
