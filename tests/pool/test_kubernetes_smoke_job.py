@@ -174,3 +174,21 @@ def test_a_replaced_pod_is_read_from_its_newest_instance():
     chosen = latest_by_index([pod("b", 1, "2026-11-30T00:00:05Z"), pod("a-old", 0, "2026-11-30T00:00:00Z"),
                               pod("a-new", 0, "2026-11-30T00:01:00Z"), {"metadata": {"name": "stray"}}])
     assert [(i, p["metadata"]["name"]) for i, p in chosen] == [(0, "a-new"), (1, "b")]
+
+
+def test_a_job_post_that_landed_before_its_retry_is_adopted_and_a_foreign_job_is_left_alone(server, clock):
+    kube: FakeJobsKube = server.kube
+    objs = smoke_objects(job())
+    kube.jobs[(NS, "gpufleet-smoke-0a1b2c3d")] = {**objs.job, "metadata": {
+        **objs.job["metadata"], "uid": "uid-landed"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    result = runner(server, clock).run(objs, SLOTS, timeout_s=600)  # the POST answers 409: its own Job
+    assert result.exit_code == 0 and "no pod was created" in result.output
+    owners = {body["kind"]: body["metadata"]["ownerReferences"][0]["uid"] for path, body in kube.posts
+              if body["kind"] != "Job"}
+    assert owners == {"ConfigMap": "uid-landed", "Service": "uid-landed"} and nothing_left(kube)
+
+    other = smoke_objects(job(steps=99))  # same name, another launch's command
+    kube.jobs[(NS, "gpufleet-smoke-0a1b2c3d")] = other.job
+    with pytest.raises(PoolError, match="not this launch's"):
+        runner(server, clock).run(objs, SLOTS, timeout_s=600)
+    assert list(kube.jobs) == [(NS, "gpufleet-smoke-0a1b2c3d")]  # not ours: not deleted

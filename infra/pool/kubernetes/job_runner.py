@@ -37,14 +37,21 @@ class IndexedJobRunner:
         name = objects.job["metadata"]["name"]
         started = self.now()
         deadline = self.clock() + timeout_s
-        created: list[tuple[str, str]] = []
+        created: list[tuple[str, str]] = []  # listed before each POST: one that landed unanswered is deleted too
         try:
-            owner = self._create("Job", name, lambda: self.api.create_job(self.namespace, objects.job))
             created.append(("Job", name))
+            owner = self._create_job(objects.job)
+            if owner is None:
+                created.pop()  # not ours to delete
+                raise PoolError(f"Job {self.namespace}/{name} exists and is not this launch's (a launch name "
+                                "must be new)")
             for kind, obj, create in (("ConfigMap", objects.configmap, self.api.create_configmap),
                                       ("Service", objects.service, self.api.create_service)):
-                self._create(kind, obj["metadata"]["name"], lambda: create(self.namespace, owned_by(obj, owner)))
                 created.append((kind, obj["metadata"]["name"]))
+                try:
+                    create(self.namespace, owned_by(obj, owner))
+                except Conflict:
+                    pass  # a retried POST whose first attempt landed: the launch's names are its own
             job = self._wait(name, deadline)
             verdict = finished(job) if job is not None else None
             pods = latest_by_index(self.api.list_pods(self.namespace, f"{JOB_LABEL}={name}"))
@@ -59,11 +66,17 @@ class IndexedJobRunner:
         return LaunchResult(name=name, nodes=tuple(slots), exit_code=code, output=output, started=started,
                             ended=self.now(), command=objects.command)
 
-    def _create(self, kind: str, name: str, create: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _create_job(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The created Job (its uid owns the rest). A 409 on a name new to this launch is this
+        launch's own POST that landed before a retry: the Job is read instead. None: a Job of that
+        name exists that this launch did not make (its label or command differ; the API server
+        fills in defaults, so the whole template is not compared)."""
+        name = body["metadata"]["name"]
         try:
-            return create()
+            return self.api.create_job(self.namespace, body)
         except Conflict:
-            raise PoolError(f"{kind} {self.namespace}/{name} exists already (a launch name must be new)") from None
+            job = self.api.read_job(self.namespace, name)
+            return job if job is not None and _launch_of(job) == _launch_of(body) else None
 
     def _wait(self, name: str, deadline: float) -> dict[str, Any] | None:
         """The Job once it has finished, or as it stands at the deadline (None: it is gone)."""
@@ -156,6 +169,11 @@ def condition_summary(job: Mapping[str, Any] | None) -> str:
         return "the Job reports no condition"
     last = conds[-1]
     return f"{last.get('type')}: {last.get('reason', '')} {last.get('message', '')}".rstrip()
+
+
+def _launch_of(job: Mapping[str, Any]) -> tuple[Any, Any]:
+    template = job["spec"]["template"]
+    return (template["metadata"].get("labels") or {}).get(JOB_LABEL), template["spec"]["containers"][0]["command"]
 
 
 def _started(pod: Mapping[str, Any]) -> bool:
