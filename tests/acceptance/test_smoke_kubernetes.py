@@ -86,10 +86,16 @@ class Kubelets:
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           env=env))
         logs, codes = [], []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=240)
-            logs.append(out)
-            codes.append(proc.returncode)
+        try:
+            for proc in procs:
+                out, _ = proc.communicate(timeout=240)
+                logs.append(out)
+                codes.append(proc.returncode)
+        finally:
+            for proc in procs:  # none outlives the test, even one stuck in its rendezvous
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         run_pods(kube, job, logs, codes)
 
     def pod_arg(self, arg: str, index: int, pod_dir: Path, port: str) -> str:
