@@ -5,8 +5,8 @@ Why these shapes and no operator:
 - A batch/v1 Job with `completionMode: Indexed` (parallelism = completions = nodes) is what JobSet
   builds its replicated jobs from, and it needs nothing installed: the pool has the MPI operator for
   the gates, but an MPIJob starts ranks through mpirun and SSH, where torch's own launcher wants one
-  process per node that starts the node's ranks. Kueue admits plain Jobs too, should the system
-  namespace ever be queued.
+  process per node that starts the node's ranks. Kueue leaves it alone (it names no queue, and
+  the pool's Kueue runs with manageJobsWithoutQueueName off), as it does the gates' MPIJobs.
 - Pod `i` is node rank `i` (`JOB_COMPLETION_INDEX`, read into NODE_RANK through the index
   annotation, so the `$(NODE_RANK)` in the arguments is a variable of the container's own env) and
   runs `python -m torch.distributed.run` with static rendezvous on pod 0: the Job names pod `i`'s
