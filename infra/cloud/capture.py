@@ -91,8 +91,8 @@ class GpufleetMocks(pulumi.runtime.Mocks):
             return out["id"], out
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
             out.update(latestVersion=1, defaultVersion=1)
-        elif typ == "aws:ec2/placementGroup:PlacementGroup":
-            out.setdefault("name", name)
+        elif typ in ("aws:ec2/placementGroup:PlacementGroup", "aws:iam/instanceProfile:InstanceProfile"):
+            out.setdefault("name", name)  # auto-named by the provider; instances refer to a profile by name
         elif typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             out.update(dnsName=f"{rid}.fsx.{self.plan.region}.amazonaws.com", mountName=_digest(name, n=8))
         elif typ == "aws:s3/bucket:Bucket":
