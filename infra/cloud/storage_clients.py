@@ -15,8 +15,9 @@ system and the controller, whatever the GPU batch target is: a `pulumi up` at
   they get neither the nodes' data prefixes nor the munge key.
 - The plain image of the stack's OS (`slurm_controller.AMI_PARAMETERS`), IMDSv2 only, an
   encrypted gp3 root, no public address. `ignore_changes=["ami"]`: a newer image is no reason to
-  replace a client mid-rollout. Not protected: they hold no state and cost money, so an operator
-  may lower `storageClients` (or `pulumi destroy`) once the check has passed.
+  replace a client mid-rollout. Not protected: they hold no state. There is always at least one
+  (`storageClients` >= 1): no setting buys the canary before the storage verdict, and they stay
+  for the re-check after a storage change (`gpufleet rollout --retry-stage storage`).
 
 Output (stack export `storageClients`): {name: {instanceId, privateIp}}.
 """
