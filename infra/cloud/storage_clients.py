@@ -17,7 +17,7 @@ system and the controller, whatever the GPU batch target is: a `pulumi up` at
   encrypted gp3 root, no public address. `ignore_changes=["ami"]`: a newer image is no reason to
   replace a client mid-rollout. Not protected: they hold no state. There is always at least one
   (`storageClients` >= 1): no setting buys the canary before the storage verdict, and they stay
-  for the re-check after a storage change (`gpufleet rollout --retry-stage storage`).
+  for a re-check after a storage change.
 
 Output (stack export `storageClients`): {name: {instanceId, privateIp}}.
 """
