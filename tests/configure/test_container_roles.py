@@ -2,7 +2,8 @@
 a temporary folder): a --check --diff run reports the pending enroot install and pyxis build at
 the BOM's pins and writes nothing, and image_prepull on a Slurm node pulls with enroot; with the
 plugin built (its release recorded) a run registers it in Slurm's plugin stack, keeps the lines
-already there, and a second run changes nothing. The downloads and the build need the network
+already there, points enroot's per-user paths where a job step can create them, and a second run
+changes nothing. The downloads and the build need the network
 and Slurm's headers: they run on real nodes only, as the efa role's installer does."""
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ IMAGE = "public.ecr.aws/hpc-cloud/pytorch@sha256:" + "ab" * 32
 PLAY = """---
 - name: A Slurm node
   hosts: slurm
-  gather_facts: true
+  gather_facts: {facts}
   roles: {roles}
   tasks:
+    - name: Configure enroot for jobs (no install)
+      ansible.builtin.include_role: {{name: enroot, tasks_from: configure}}
+      when: configure_enroot | default(false)
     - name: Show the image runtime image_prepull picks here
       ansible.builtin.debug:
         msg: "runtime={{{{ image_prepull_runtime | default('') }}}}"
@@ -36,9 +40,9 @@ PLAY = """---
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the roles write root-owned files (run as root, as CI)")
 
 
-def _run(tmp_path: Path, roles: list[str], *extra: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, roles: list[str], *extra: str, **more: object) -> subprocess.CompletedProcess:
     (tmp_path / "inventory").write_text("[slurm]\nlocalhost ansible_connection=local\n")
-    (tmp_path / "play.yml").write_text(PLAY.format(roles=json.dumps(roles)))
+    (tmp_path / "play.yml").write_text(PLAY.format(roles=json.dumps(roles), facts=json.dumps("enroot" in roles)))
     pins = load_bom().slurm_containers
     assert pins is not None
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "playbooks/roles"), ANSIBLE_NOCOLOR="1",
@@ -46,10 +50,20 @@ def _run(tmp_path: Path, roles: list[str], *extra: str) -> subprocess.CompletedP
     extravars = {"enroot_version": pins.enroot, "pyxis_version": pins.pyxis, "slurm_version": "24.11.6",
                  "enroot_workdir": str(tmp_path / "enroot-work"), "pyxis_workdir": str(tmp_path / "pyxis-work"),
                  "pyxis_prefix": str(tmp_path / "usr/local"), "pyxis_slurm_conf_dir": str(tmp_path / "etc/slurm"),
+                 "enroot_sysconf_dir": str(tmp_path / "etc/enroot"), "enroot_tmpfiles_dir": str(tmp_path / "etc/tmpfiles.d"),
+                 "enroot_run_dir": str(tmp_path / "run/enroot"), **more,
                  "image_prepull_image": IMAGE, "gpufleet_live_system": False,
                  "ansible_python_interpreter": sys.executable}
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "inventory"), str(tmp_path / "play.yml"),
                            "-e", json.dumps(extravars), *extra], env=env, capture_output=True, text=True, timeout=300)
+
+
+# the head of enroot 3.x's packaged /etc/enroot/enroot.conf (conf/enroot.conf.in, NVIDIA/enroot)
+ENROOT_CONF = """#ENROOT_LIBRARY_PATH        /usr/lib/enroot
+#ENROOT_SYSCONF_PATH        /etc/enroot
+#ENROOT_RUNTIME_PATH        ${XDG_RUNTIME_DIR}/enroot
+#ENROOT_CONFIG_PATH         ${XDG_CONFIG_HOME}/enroot
+"""
 
 
 def _changed(proc: subprocess.CompletedProcess) -> int:
@@ -80,12 +94,22 @@ def test_a_built_plugin_is_registered_in_the_plugin_stack_once(tmp_path):
     (tmp_path / "usr/local/share/pyxis/gpufleet-version").write_text(pins.pyxis + "\n")
     (tmp_path / "etc/slurm").mkdir(parents=True)
     (tmp_path / "etc/slurm/plugstack.conf").write_text("optional /usr/lib/slurm/other_spank.so\n")
-    first = _run(tmp_path, ["pyxis"])
+    (tmp_path / "etc/enroot").mkdir(parents=True)
+    (tmp_path / "etc/tmpfiles.d").mkdir()  # systemd's; always there on a node
+    (tmp_path / "etc/enroot/enroot.conf").write_text(ENROOT_CONF)
+    first = _run(tmp_path, ["pyxis"], configure_enroot=True)
     assert first.returncode == 0, first.stdout[-4000:]
     assert (tmp_path / "etc/slurm/plugstack.conf.d/pyxis.conf").read_text() == (
         f"required {tmp_path}/usr/local/lib/slurm/spank_pyxis.so\n")
     assert (tmp_path / "etc/slurm/plugstack.conf").read_text() == (
         f"optional /usr/lib/slurm/other_spank.so\ninclude {tmp_path}/etc/slurm/plugstack.conf.d/*.conf\n")
     assert not (tmp_path / "pyxis-work").exists()  # built already: nothing downloaded or built
-    second = _run(tmp_path, ["pyxis"])
+    conf = (tmp_path / "etc/enroot/enroot.conf").read_text()
+    assert conf == ENROOT_CONF.replace("#ENROOT_RUNTIME_PATH        ${XDG_RUNTIME_DIR}/enroot",
+                                       f"ENROOT_RUNTIME_PATH {tmp_path}/run/enroot/user-$(id -u)") + (
+        "ENROOT_DATA_PATH /tmp/enroot-data/user-$(id -u)\nENROOT_CACHE_PATH /tmp/enroot-cache/group-$(id -g)\n")
+    assert (tmp_path / "etc/tmpfiles.d/gpufleet-enroot.conf").read_text().endswith(
+        f"d {tmp_path}/run/enroot 1777 root root -\n")
+    assert oct((tmp_path / "run/enroot").stat().st_mode & 0o7777) == "0o1777"
+    second = _run(tmp_path, ["pyxis"], configure_enroot=True)
     assert second.returncode == 0 and _changed(second) == 0, second.stdout[-4000:]
