@@ -182,3 +182,25 @@ def test_a_client_that_is_not_configured_stops_before_the_check():
 def test_no_file_system_to_mount_is_refused():
     with pytest.raises(ProvisioningError, match="no file system to mount"):
         storage_client_extravars({k: v for k, v in SITE_VARS.items() if k != "lustre_client_fs_dns"})
+
+
+def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
+    from infra.plan import build_plan
+    from infra.rollout.acceptance import stack_hooks
+    from infra.rollout.orchestrator import Adapters
+    from infra.rollout.wiring import Wiring
+
+    cloud = FakeCloud()
+    clients = Clients(cloud)
+    collector = Collector(cloud)
+    pool = type("SlurmPool", (), {"kind": "slurm"})()  # its launcher is asked for at the smoke launch only
+    wiring = Wiring(Adapters(cloud, cloud, pool, cloud.clock), threaded=True, acceptance=collector,
+                    storage_clients=clients)
+    plan = build_plan(SPEC)
+    collector.plan_storage = plan.storage
+    hooks = stack_hooks(SPEC, plan, tmp_path, wiring=wiring)
+    assert hooks is not None and hooks.on_hosts and hooks.storage_clients is clients
+    hooks.runner.journal.append({"type": "rollout", "to": "started", "layout": "x", "batches": [1],
+                                 "spare_nodes": 0, "instance_type": SPEC.cluster.instance_type})
+    assert hooks.before_batches() is None and collector.calls == [("storage", CLIENTS, set())]
+    assert hooks.before_batches() is None and len(collector.calls) == 1 and len(clients.prepared) == 1
