@@ -1,15 +1,17 @@
 """The acceptance stages as rollout steps: collect a bundle, check it, journal the verdict.
 
 Why a runner apart from the orchestrator: the stages are stack-level (storage and network base
-checks once per stack before the first GPU batch; the training smoke job after the canary),
+checks once per stack, before the first GPU batch or, on a real stack, network on the canary's
+configured hosts; the training smoke job after the canary),
 so each is one decision with its own bundle, not a node transition. Each attempt is journaled
 as the rollout's own events (`infra.rollout.state`, type `acceptance`): `started` before the
 collection, the verdict (outcome, checks, reason codes, bundle, seconds) after it. A stage whose
 verdict is journaled is never collected again, so a resumed rollout gets the same answer; one
 started and not decided (a crash inside it) runs again, alone, into a fresh bundle folder
 (`<state_dir>/acceptance/<stage>/<attempt>/`). A failing base check returns before any later
-stage runs, so a storage shortfall halts the rollout before any GPU node is bought (where the
-checks run on each kind of stack: `AcceptanceHooks`); a failed stage runs
+stage runs, so a shortfall halts the rollout before anything further is bought (where each check
+runs on each kind of stack, and so what is bought before it: `AcceptanceHooks`; on a Pulumi stack
+storage halts before any GPU node); a failed stage runs
 again only after the operator journals a retry (`gpufleet rollout --retry-stage STAGE`). A
 passing smoke job's figures become the stack's training baseline
 (`<state_dir>/baselines/training.json`).
