@@ -166,7 +166,8 @@ def test_eks_only_for_kubernetes_pools(cap):
     cluster, = eks
     assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
     entry, = cap.of_type("aws:eks/accessEntry:AccessEntry")
-    role = next(r for r in cap.of_type("aws:iam/role:Role") if "ec2.amazonaws.com" in r.inputs["assumeRolePolicy"])
+    role = next(r for r in cap.of_type("aws:iam/role:Role") if r.inputs["tags"][t.ROLE] == "node-role")  # the GPU nodes'
+    assert "ec2.amazonaws.com" in role.inputs["assumeRolePolicy"]
     assert entry.inputs["type"] == "EC2_LINUX" and entry.inputs["principalArn"] == role.outputs["arn"]
     assert cap.of_type("pulumi:providers:kubernetes")
     assert '"exec"' in cap.outputs["kubeconfig"]
