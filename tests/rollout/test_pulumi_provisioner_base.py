@@ -5,6 +5,7 @@ stack's `storageClients` output."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,12 +18,24 @@ CLIENTS = {"dev-storage-client-0": {"instanceId": "i-0c1", "privateIp": "10.20.0
            "dev-storage-client-1": {"instanceId": "i-0c2", "privateIp": "10.20.0.253"}}
 
 
+# the engine's log of an update that only creates the base (the shape of fixtures/pulumi_events/: a
+# prelude, the summary, then the cancel event the Automation API stops reading at)
+BASE_UP = [{"preludeEvent": {"config": {"aws:region": "us-east-1"}}, "sequence": 0, "timestamp": 1764547200},
+           {"sequence": 1, "summaryEvent": {"PolicyPacks": {}, "durationSeconds": 410, "maybeCorrupt": False,
+                                             "resourceChanges": {"create": 58}}, "timestamp": 1764547610},
+           {"cancelEvent": {}, "sequence": 2, "timestamp": 1764547611}]
+
+
 class BaseStack(FakePulumi):
     """The fake CLI, its stack exporting `storageClients` (None: an older program without them)."""
 
     def __init__(self, clients: dict | None) -> None:
-        super().__init__([(None, 0, "")])
+        super().__init__([])
         self.clients = clients
+
+    def _up(self, a: list[str]) -> tuple[str, str, int]:
+        Path(a[a.index("--event-log") + 1]).write_text("".join(json.dumps(e) + "\n" for e in BASE_UP))
+        return "", "", 0
 
     def _answer(self, a: list[str]) -> tuple[str, str, int]:
         if a[:2] == ["stack", "output"]:
