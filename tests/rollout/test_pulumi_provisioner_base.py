@@ -29,13 +29,13 @@ BASE_UP = [{"preludeEvent": {"config": {"aws:region": "us-east-1"}}, "sequence":
 class BaseStack(FakePulumi):
     """The fake CLI, its stack exporting `storageClients` (None: an older program without them)."""
 
-    def __init__(self, clients: dict | None) -> None:
+    def __init__(self, clients: dict | None, stderr: str = "") -> None:
         super().__init__([])
-        self.clients = clients
+        self.clients, self.stderr = clients, stderr
 
     def _up(self, a: list[str]) -> tuple[str, str, int]:
         Path(a[a.index("--event-log") + 1]).write_text("".join(json.dumps(e) + "\n" for e in BASE_UP))
-        return "", "", 0
+        return "", self.stderr, 255 if self.stderr else 0
 
     def _answer(self, a: list[str]) -> tuple[str, str, int]:
         if a[:2] == ["stack", "output"]:
@@ -68,3 +68,12 @@ def test_a_stack_without_storage_clients_is_refused(tmp_path):
     p, _ = _provisioner(BaseStack(None), tmp_path)
     with pytest.raises(ProvisioningError, match="exports no `storageClients`"):
         p.provision_base()
+
+
+def test_no_capacity_for_a_client_is_a_retryable_failure(tmp_path):
+    stderr = ("error: creating EC2 Instance: InsufficientInstanceCapacity: We currently do not have sufficient "
+              "c6in.8xlarge capacity in the Availability Zone you requested (us-east-1a).\n")
+    p, _ = _provisioner(BaseStack(CLIENTS, stderr), tmp_path)
+    with pytest.raises(ProvisioningError, match="base of stack gpu is not up.*InsufficientInstanceCapacity") as err:
+        p.provision_base()
+    assert err.value.retryable
