@@ -121,11 +121,17 @@ class Bom(_Frozen):
             "lustre_client": o.lustre_client, "kubelet": o.kubelet, "slurm": o.slurm,
         }
 
+    def canonical(self) -> str:
+        """The BOM as sorted, compact JSON. An optional section the BOM does not set is left out
+        rather than written as null, so a gpufleet that adds a new optional section (as
+        `monitoring` and `slurm_containers` were) leaves the digest of a BOM without it unchanged:
+        nodes admitted under it do not all look out of date after an upgrade of gpufleet itself."""
+        data = {k: v for k, v in self.model_dump(mode="json", by_alias=True).items() if v is not None}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
     def digest(self) -> str:
         """sha256 of the canonical JSON form: YAML comments and key order do not change it."""
-        canonical = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True,
-                               separators=(",", ":"))
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return "sha256:" + hashlib.sha256(self.canonical().encode()).hexdigest()
 
 
 # --- compatibility rules (images/compat.yaml) ------------------------------------------------

@@ -42,6 +42,17 @@ def test_digest_ignores_layout_but_not_content(tmp_path, raw):
     assert load_bom(_write(tmp_path, raw, "c.yaml")).digest() != a
 
 
+def test_an_optional_section_a_bom_does_not_set_is_not_part_of_its_digest(tmp_path, raw):
+    raw.pop("monitoring", None)
+    raw.pop("slurm_containers", None)
+    bom = load_bom(_write(tmp_path, raw))
+    assert bom.monitoring is None and bom.slurm_containers is None
+    # a BOM written before those sections existed hashes the same as it did then
+    assert '"monitoring"' not in bom.canonical() and '"slurm_containers"' not in bom.canonical()
+    raw["slurm_containers"] = {"enroot": "3.5.0", "pyxis": "0.20.0"}
+    assert load_bom(_write(tmp_path, raw, "with.yaml")).digest() != bom.digest()
+
+
 def test_schema_error_names_file_and_dotted_field(tmp_path, raw):
     raw["components"]["nvidia_driver"]["kernel_modules"] = "closed"
     path = _write(tmp_path, raw)
