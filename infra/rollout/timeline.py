@@ -11,7 +11,7 @@ and batch k is done (one orchestrator works batch by batch).
 
 The stack-level acceptance stages (DESIGN.md section 6) sit on the critical path where the flow
 puts them: the storage base check before the canary is provisioned (a shortfall halts before any
-GPU node is bought: a real stack runs it on its own storage clients), the network base check on
+GPU node is bought: a Pulumi stack runs it on its own storage clients), the network base check on
 the canary's hosts once they are configured, before their gates (it tests the nodes' own links
 and EFA), and the training smoke job on the canary's admitted nodes before batch 2 is
 provisioned (nothing after the canary is bought until it passes). So,
