@@ -123,14 +123,21 @@ def fio_commands(directory: str, jobs: int, checkpoint_bytes: int, shards: int, 
 
 # --- storage base check --------------------------------------------------------------------
 
-def expected_storage_mbs(plan: StoragePlan, instance: InstanceType, clients: int) -> int:
-    """What `clients` fio clients can draw from the file system the plan sized."""
-    return min(plan.aggregate_throughput_mbs, clients * client_mbs(instance, plan.efa_enabled))
+def expected_storage_mbs(plan: StoragePlan, instance: InstanceType, clients: int,
+                         per_client_mbs: int | None = None) -> int:
+    """What `clients` fio clients can draw from the file system the plan sized: each one a GPU
+    node of `instance`, or a dedicated storage client of `per_client_mbs` (a Pulumi stack's)."""
+    each = per_client_mbs if per_client_mbs is not None else client_mbs(instance, plan.efa_enabled)
+    return min(plan.aggregate_throughput_mbs, clients * each)
 
 
 def storage_checks(bundle: Bundle, storage: StorageConfig, plan: StoragePlan, instance: InstanceType,
-                   cfg: AcceptanceConfig) -> list[CheckResult]:
-    floor = expected_storage_mbs(plan, instance, cfg.storage_clients) * cfg.storage_min_share
+                   cfg: AcceptanceConfig, clients: int | None = None,
+                   per_client_mbs: int | None = None) -> list[CheckResult]:
+    """`clients`: how many ran fio (default `storageClients`); `per_client_mbs`: their bandwidth
+    when they are dedicated storage clients rather than GPU nodes of `instance`."""
+    count = clients if clients is not None else cfg.storage_clients
+    floor = expected_storage_mbs(plan, instance, count, per_client_mbs) * cfg.storage_min_share
     out: list[CheckResult] = []
     for check_id, name, direction in (("storage.seq-write", FIO_SEQ_WRITE, "write"),
                                       ("storage.seq-read", FIO_SEQ_READ, "read")):

@@ -51,8 +51,7 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
     findings += f
     if not spec.simulated:  # the simulator answers for its planned slots, not for client instances
         a = spec.acceptance
-        findings += storage_client_findings(storage, instance, a.storage_clients, a.storage_client_type,
-                                            a.storage_min_share)
+        findings += storage_client_findings(storage, a.storage_clients, a.storage_client_type)
     memory = None
     if spec.model is not None:
         memory, f = memory_fit(spec.model, instance, c.unit_gpus)

@@ -114,8 +114,11 @@ def _local_journal(state_dir: Path, stack: str) -> StageJournal:
 class AcceptanceRunner:
     def __init__(self, spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, collector: AcceptanceCollector,
                  instance: InstanceType, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 journal: StageJournal | None = None) -> None:
+                 journal: StageJournal | None = None, storage_client_mbs: int | None = None) -> None:
+        """`storage_client_mbs`: one dedicated storage client's bandwidth (a Pulumi stack's client
+        instances); None when the storage check runs on GPU nodes of `instance`."""
         self.spec, self.plan, self.collector, self.instance, self.now = spec, plan, collector, instance, now
+        self.storage_client_mbs = storage_client_mbs
         self.state_dir = Path(state_dir)
         self.journal = journal if journal is not None else _local_journal(self.state_dir, spec.cluster.name)
 
@@ -225,7 +228,7 @@ class AcceptanceRunner:
         began = self.now()
         folder = self.collector.collect(stage, nodes, pairs, dest)
         bundle = read_bundle(folder)
-        outcome = A.stage_outcome(stage, self._checks(stage, bundle, pairs))
+        outcome = A.stage_outcome(stage, self._checks(stage, bundle, nodes, pairs))
         if isinstance(self.collector, ModelledCollector):
             seconds, timing = self.collector.seconds(stage), "modelled"
         else:
@@ -242,10 +245,11 @@ class AcceptanceRunner:
                              "timing": timing})
         return outcome
 
-    def _checks(self, stage: str, bundle, pairs: Sequence[tuple[str, str]]) -> list[CheckResult]:
+    def _checks(self, stage: str, bundle, nodes: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[CheckResult]:
         cfg = self.spec.acceptance
-        if stage == STORAGE:
-            return A.storage_checks(bundle, self.spec.storage, self.plan.storage, self.instance, cfg)
+        if stage == STORAGE:  # judged for the clients that ran fio, at their own bandwidth
+            return A.storage_checks(bundle, self.spec.storage, self.plan.storage, self.instance, cfg,
+                                    clients=len(nodes) or None, per_client_mbs=self.storage_client_mbs)
         if stage == NETWORK:
             return A.network_checks(bundle, pairs, self.instance, cfg, efa=self.instance.efa_generation > 0)
         return A.smoke_checks(bundle, self.instance, cfg)
@@ -456,6 +460,11 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
         clients = wiring.storage_clients
     else:
         return None
-    runner = AcceptanceRunner(spec, plan, state_dir, collector, sku, journal=journal)
+    client_mbs = None
+    if clients is not None:
+        from infra.plan.storage_clients import client_type_mbs
+
+        client_mbs = client_type_mbs(spec.acceptance.storage_client_type)
+    runner = AcceptanceRunner(spec, plan, state_dir, collector, sku, journal=journal, storage_client_mbs=client_mbs)
     runner.adopt_recorded_files()
     return AcceptanceHooks(runner, on_hosts=on_hosts, smoke_unavailable=smoke_unavailable, storage_clients=clients)

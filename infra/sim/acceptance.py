@@ -75,8 +75,10 @@ def fio_output(name: str, jobs: int, rw: str, bytes_per_job: int, seconds: float
 
 
 def storage_outputs(storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
-                    rng: random.Random, faults: AcceptanceFaults = AcceptanceFaults()) -> dict[str, str]:
-    clients = cfg.storage_clients
+                    rng: random.Random, faults: AcceptanceFaults = AcceptanceFaults(),
+                    clients: int | None = None) -> dict[str, str]:
+    """`clients`: how many run fio (the stage's nodes), default `storageClients`."""
+    clients = clients or cfg.storage_clients
     share = faults.slow_storage if faults.slow_storage is not None else rng.uniform(0.9, 1.0)
     mbs = A.expected_storage_mbs(plan, instance, clients) * share
     size = 4 * 2**30
@@ -225,9 +227,10 @@ class SimAcceptanceCollector:
     def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
         rng = random.Random(f"{self.seed}:{stage}")
         if stage == "storage":
-            files = storage_outputs(self.storage, self.plan, self.instance, self.cfg, rng, self.faults)
+            files = storage_outputs(self.storage, self.plan, self.instance, self.cfg, rng, self.faults,
+                                    clients=len(nodes) or None)
             commands = {name: " ".join(argv) for name, argv in A.fio_commands(
-                self.storage_mount, self.cfg.storage_clients, int(self.storage.checkpoint_tib * TIB),
+                self.storage_mount, len(nodes) or self.cfg.storage_clients, int(self.storage.checkpoint_tib * TIB),
                 self.cfg.checkpoint_shards).items()}
         elif stage == "network":
             addresses = {n: f"10.0.{i // 250}.{i % 250 + 4}" for i, n in enumerate(nodes)}

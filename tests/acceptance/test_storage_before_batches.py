@@ -200,6 +200,8 @@ def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
     collector.plan_storage = plan.storage
     hooks = stack_hooks(SPEC, plan, tmp_path, wiring=wiring)
     assert hooks is not None and hooks.on_hosts and hooks.storage_clients is clients
+    # judged at the clients' own bandwidth (c6in.8xlarge, 50 Gbps), not the GPU type's
+    assert hooks.runner.storage_client_mbs == 6250
     hooks.runner.journal.append({"type": "rollout", "to": "started", "layout": "x", "batches": [1],
                                  "spare_nodes": 0, "instance_type": SPEC.cluster.instance_type})
     assert hooks.before_batches() is None and collector.calls == [("storage", CLIENTS, set())]
