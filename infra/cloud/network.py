@@ -47,11 +47,21 @@ def extra_subnets(vpc_cidr: str, taken: list[str]) -> ExtraSubnets:
     raise ValueError(f"no two free /{SMALL_SUBNET_PREFIX} blocks left in {vpc_cidr}")
 
 
+def package_mirror_egress(os_name: str) -> list[aws.ec2.SecurityGroupEgressArgs]:
+    """Plain HTTP out through the NAT, for Ubuntu only: its EC2 archive mirrors
+    (`<region>.ec2.archive.ubuntu.com`) serve apt over port 80 (apt checks the signed Release
+    files, not the transport). Amazon Linux's repositories are HTTPS, so its groups stay 443-only."""
+    if not os_name.startswith("ubuntu"):
+        return []
+    return [aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=80, to_port=80, cidr_blocks=["0.0.0.0/0"],
+                                            description="HTTP to Ubuntu's package mirrors through NAT")]
+
+
 class Network(pulumi.ComponentResource):
     """VPC, subnets, NAT egress, endpoints and the node, EFA and Lustre security groups."""
 
     def __init__(self, name: str, plan: ClusterPlan, vpc_cidr: str, tags: dict[str, str], eks: bool,
-                 slurm: bool = False, opts: pulumi.ResourceOptions | None = None) -> None:
+                 slurm: bool = False, os_name: str = "al2023", opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.az = plan.availability_zone
@@ -93,6 +103,7 @@ class Network(pulumi.ComponentResource):
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
                                                     description="HTTPS to VPC endpoints and through NAT"),
+                    *package_mirror_egress(os_name),
                     *[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=lo, to_port=hi,
                                                       cidr_blocks=[compute_cidr], description="Lustre clients")
                       for lo, hi in LUSTRE_PORTS],

@@ -122,7 +122,8 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
                             default_tags=aws.ProviderDefaultTagsArgs(tags=tags))
     opts = pulumi.ResourceOptions(providers=[provider])
     kubernetes, slurm_pool = spec.pool.type == "kubernetes", spec.pool.type == "slurm"
-    network = Network(f"{name}-net", plan, spec.network.vpc_cidr, tags, eks=kubernetes, slurm=slurm_pool, opts=opts)
+    network = Network(f"{name}-net", plan, spec.network.vpc_cidr, tags, eks=kubernetes, slurm=slurm_pool,
+                      os_name=spec.image.os, opts=opts)
     fsx_groups = [network.lustre_sg.id] + ([network.efa_sg.id] if plan.storage.efa_enabled else [])
     storage = Storage(f"{name}-storage", plan.storage, spec.storage, network.compute_subnet.id, fsx_groups, tags,
                       opts=opts)

@@ -31,7 +31,7 @@ import pulumi_aws as aws
 
 from infra import tagging as t
 from infra.cloud.identity import ASSUME_EC2, MANAGED_POLICIES, secrets_prefix
-from infra.cloud.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS, Network
+from infra.cloud.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS, Network, package_mirror_egress
 from infra.plan.model import ClusterPlan
 from infra.spec import ClusterSpec
 
@@ -98,7 +98,8 @@ class SlurmController(pulumi.ComponentResource):
                                                     description="slurmctld to slurmd"),
                     aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
-                                                    description="HTTPS to VPC endpoints and through NAT")],
+                                                    description="HTTPS to VPC endpoints and through NAT"),
+                    *package_mirror_egress(spec.image.os)],
             tags=t.with_role(tags, "slurm-controller", f"{name}-sg"), opts=child)
         ami = aws.ssm.get_parameter_output(name=AMI_PARAMETERS[spec.image.os]).value  # no GPU driver needed
         self.instance = aws.ec2.Instance(

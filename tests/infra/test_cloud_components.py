@@ -85,8 +85,12 @@ def test_efa_group_is_self_only_and_node_group_is_narrow(cap):
     ssh = [r for r in node["ingress"] if r["fromPort"] == 22]
     assert ssh and all(r["cidrBlocks"] == [mgmt] for r in ssh)
     slurm = {(SLURMCTLD_PORT, SLURMCTLD_PORT), SRUN_PORTS} if cap.spec.pool.type == "slurm" else set()
+    ubuntu = cap.spec.image.os.startswith("ubuntu")  # its EC2 apt mirrors are plain HTTP
     assert all(r["fromPort"] == r["toPort"] == 443 or (r["fromPort"], r["toPort"]) in LUSTRE_PORTS
-               or ((r["fromPort"], r["toPort"]) in slurm and r["cidrBlocks"] == [mgmt]) for r in node["egress"])
+               or ((r["fromPort"], r["toPort"]) in slurm and r["cidrBlocks"] == [mgmt])
+               or (ubuntu and r["fromPort"] == r["toPort"] == 80) for r in node["egress"])
+    groups = [node] + ([_sg(cap, "slurm-controller").inputs] if slurm else [])
+    assert all(any(r["fromPort"] == 80 for r in g["egress"]) == ubuntu for g in groups)
     assert slurm <= {(r["fromPort"], r["toPort"]) for r in node["egress"]}
     ports = {(r["fromPort"], r["toPort"]) for r in node["ingress"]}
     eks = cap.spec.pool.type == "kubernetes"
