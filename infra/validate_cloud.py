@@ -45,6 +45,7 @@ LINUX_PLATFORM = "Linux/UNIX"
 F_INSTANCE_TYPE = "gpufleet:cluster.instanceType"
 F_AZ = "gpufleet:cluster.availabilityZone"
 F_CAPACITY = "gpufleet:cluster.capacity"
+F_STORAGE_CLIENT_TYPE = "gpufleet:acceptance.storageClientType"
 
 
 class _AccessDenied(Exception):
@@ -263,12 +264,27 @@ def check_capacity(ec2: Any, spec: ClusterSpec, need: Need, now: datetime) -> li
     return capacity_findings(capacity.type, ids, answer.get("CapacityReservations", []), need, now)
 
 
-def check_offering(ec2: Any, need: Need) -> list[Finding]:
+def _offered_in(ec2: Any, instance_type: str, availability_zone: str) -> list[str]:
     answer = _call("ec2", "DescribeInstanceTypeOfferings", ec2.describe_instance_type_offerings,
                    LocationType="availability-zone",
-                   Filters=[{"Name": "instance-type", "Values": [need.instance_type]},
-                            {"Name": "location", "Values": [need.availability_zone]}])
-    return offering_findings(need, [o["Location"] for o in answer.get("InstanceTypeOfferings", [])])
+                   Filters=[{"Name": "instance-type", "Values": [instance_type]},
+                            {"Name": "location", "Values": [availability_zone]}])
+    return [o["Location"] for o in answer.get("InstanceTypeOfferings", [])]
+
+
+def check_offering(ec2: Any, need: Need) -> list[Finding]:
+    return offering_findings(need, _offered_in(ec2, need.instance_type, need.availability_zone))
+
+
+def check_storage_client_offering(ec2: Any, spec: ClusterSpec) -> list[Finding]:
+    """The storage base check's clients (`infra.cloud.storage_clients`) launch in the stack's AZ
+    before any GPU node: a type not offered there fails the base's `up`, so say it here."""
+    client_type, az = spec.acceptance.storage_client_type, spec.cluster.availability_zone
+    if az in _offered_in(ec2, client_type, az):
+        return []
+    return [error("STORAGE_CLIENT_TYPE_NOT_OFFERED", F_STORAGE_CLIENT_TYPE,
+                  f"{client_type} (the storage base check's clients) is not offered in {az} "
+                  "(EC2 DescribeInstanceTypeOfferings); choose another c6in size")]
 
 
 def check_catalog(ec2: Any, spec: ClusterSpec) -> list[Finding]:
@@ -311,6 +327,9 @@ def cloud_findings(spec: ClusterSpec, plan: Any, *, session: Any = None,
         ("the P-instance vCPU quota", F_INSTANCE_TYPE, lambda: check_quota(sq, spec, need)),
         ("the capacity reservations", F_CAPACITY, lambda: check_capacity(ec2, spec, need, now)),
     ]
+    if not spec.simulated:  # a simulated stack buys no storage clients
+        checks.append(("the storage clients' offering", F_STORAGE_CLIENT_TYPE,
+                       lambda: check_storage_client_offering(ec2, spec)))
     findings: list[Finding] = []
     for what, field, run in checks:
         try:

@@ -273,6 +273,18 @@ def test_instance_type_not_offered_in_the_az(cloud):
     assert "p5en.48xlarge" in findings[0].message and "us-east-1b" in findings[0].message
 
 
+def test_storage_clients_not_offered_in_the_az_are_an_error_naming_their_field(cloud):
+    """moto offers no c6in size in us-east-1e; the clients launch before any GPU node, so say it here."""
+    spec, plan = stack("dev", availability_zone="us-east-1e")
+    findings = cloud("us-east-1").quota(1_000.0).run(spec, plan)
+    client, = [f for f in findings if f.code == "STORAGE_CLIENT_TYPE_NOT_OFFERED"]
+    assert client.level.value == "ERROR" and client.field == "gpufleet:acceptance.storageClientType"
+    assert "c6in.8xlarge" in client.message and "us-east-1e" in client.message
+    spec, plan = stack("dev")
+    assert not [f for f in cloud("us-east-1").quota(1_000.0).run(spec, plan)
+                if f.code == "STORAGE_CLIENT_TYPE_NOT_OFFERED"]
+
+
 # --- failures ---------------------------------------------------------------------------------
 
 def test_access_denied_on_quotas_is_a_warning_and_the_rest_still_runs(cloud):
