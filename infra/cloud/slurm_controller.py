@@ -32,6 +32,7 @@ import pulumi_aws as aws
 from infra import tagging as t
 from infra.cloud.identity import ASSUME_EC2, MANAGED_POLICIES, secrets_prefix
 from infra.cloud.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS, Network, package_mirror_egress
+from infra.cloud.plain_instance import hardened_instance_args, plain_ami
 from infra.plan.model import ClusterPlan
 from infra.spec import ClusterSpec
 
@@ -40,11 +41,6 @@ STATE_DEVICE = "/dev/sdf"  # Nitro exposes it as an NVMe device whose serial is 
 ROOT_VOLUME_GIB = 64
 LARGE_FLEET_NODES = 256  # above this, slurmctld gets the larger instance
 INSTANCE_TYPES = ("m7i.xlarge", "m7i.2xlarge")  # 4 / 8 vCPUs: slurmctld is mostly single-threaded RPC
-AMI_PARAMETERS = {  # plain (non-GPU) images of the stack's OS family
-    "al2023": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
-    "ubuntu-22.04": "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id",
-    "ubuntu-24.04": "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id",
-}
 MUNGE_SECRET = "munge-key"
 
 
@@ -101,16 +97,11 @@ class SlurmController(pulumi.ComponentResource):
                                                     description="HTTPS to VPC endpoints and through NAT"),
                     *package_mirror_egress(spec.image.os)],
             tags=t.with_role(tags, "slurm-controller", f"{name}-sg"), opts=child)
-        ami = aws.ssm.get_parameter_output(name=AMI_PARAMETERS[spec.image.os]).value  # no GPU driver needed
         self.instance = aws.ec2.Instance(
-            f"{name}-head", ami=ami, instance_type=controller_instance_type(len(plan.nodes)),
+            f"{name}-head", ami=plain_ami(spec.image.os), instance_type=controller_instance_type(len(plan.nodes)),
             availability_zone=plan.availability_zone, subnet_id=network.management_subnet.id,
             vpc_security_group_ids=[self.security_group.id], iam_instance_profile=profile.name,
-            associate_public_ip_address=False,
-            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(http_endpoint="enabled", http_tokens="required",
-                                                                 http_put_response_hop_limit=1),
-            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(encrypted=True, volume_type="gp3",
-                                                                  volume_size=ROOT_VOLUME_GIB),
+            **hardened_instance_args(ROOT_VOLUME_GIB),
             tags=t.with_role(tags, "slurm-controller", f"{spec.cluster.name}-slurmctld"),
             opts=pulumi.ResourceOptions(parent=self, protect=True, ignore_changes=["ami"]))
         self.state_volume = aws.ebs.Volume(

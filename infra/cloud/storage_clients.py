@@ -13,9 +13,9 @@ system and the controller, whatever the GPU batch target is: a `pulumi up` at
   management subnet, HTTPS out for SSM and the package mirrors). No EFA: they mount over TCP.
 - Their own role with SSM only (the aws_ssm connection): they read no bucket and no secret, so
   they get neither the nodes' data prefixes nor the munge key.
-- The plain image of the stack's OS (`slurm_controller.AMI_PARAMETERS`), IMDSv2 only, an
-  encrypted gp3 root, no public address. `ignore_changes=["ami"]`: a newer image is no reason to
-  replace a client mid-rollout. Not protected: they hold no state. There is always at least one
+- The plain image of the stack's OS, IMDSv2 only, an encrypted gp3 root, no public address
+  (`infra.cloud.plain_instance`, as the Slurm head node). `ignore_changes=["ami"]`: a newer
+  image is no reason to replace a client mid-rollout. Not protected: they hold no state. There is always at least one
   (`storageClients` >= 1): no setting buys the canary before the storage verdict, and they stay
   for a re-check after a storage change.
 
@@ -32,7 +32,7 @@ import pulumi_aws as aws
 from infra import tagging as t
 from infra.cloud.identity import ASSUME_EC2, MANAGED_POLICIES
 from infra.cloud.network import Network
-from infra.cloud.slurm_controller import AMI_PARAMETERS
+from infra.cloud.plain_instance import hardened_instance_args, plain_ami
 from infra.plan.model import ClusterPlan
 from infra.spec import ClusterSpec
 
@@ -58,7 +58,7 @@ class StorageClients(pulumi.ComponentResource):
         aws.iam.RolePolicyAttachment(f"{name}-ssm", role=role.name, policy_arn=MANAGED_POLICIES["ssm"], opts=child)
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=t.with_role(tags, f"{ROLE}-profile"),
                                           opts=child)
-        ami = aws.ssm.get_parameter_output(name=AMI_PARAMETERS[spec.image.os]).value  # no GPU driver needed
+        ami = plain_ami(spec.image.os)
         self.instances: dict[str, aws.ec2.Instance] = {}
         for index in range(spec.acceptance.storage_clients):
             host = client_name(spec.cluster.name, index)
@@ -66,11 +66,7 @@ class StorageClients(pulumi.ComponentResource):
                 host, ami=ami, instance_type=spec.acceptance.storage_client_type,
                 availability_zone=plan.availability_zone, subnet_id=network.compute_subnet.id,
                 vpc_security_group_ids=[network.node_sg.id], iam_instance_profile=profile.name,
-                associate_public_ip_address=False,
-                metadata_options=aws.ec2.InstanceMetadataOptionsArgs(http_endpoint="enabled", http_tokens="required",
-                                                                     http_put_response_hop_limit=1),
-                root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(encrypted=True, volume_type="gp3",
-                                                                      volume_size=ROOT_VOLUME_GIB),
+                **hardened_instance_args(ROOT_VOLUME_GIB),
                 tags=t.with_role(tags, ROLE, host),
                 opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]))
         self.register_outputs({"clients": self.inventory()})

@@ -9,7 +9,7 @@ import pytest
 from infra import tagging as t
 from infra.catalog import get as instance_type
 from infra.cloud.capture import capture_program
-from infra.cloud.slurm_controller import AMI_PARAMETERS
+from infra.cloud.plain_instance import AMI_PARAMETERS
 from infra.errors import ConfigError
 from infra.plan import build_plan
 from infra.plan.storage_clients import CLIENT_TYPE_GBPS, client_type_mbs, storage_client_findings
@@ -63,7 +63,7 @@ def test_the_clients_are_children_of_the_component_hardened_and_in_the_compute_s
 
 
 def test_the_clients_boot_the_plain_image_of_the_stacks_os(base):
-    head, = _by_role(base, "slurm-controller")  # the controller's plain image (slurm_controller.AMI_PARAMETERS)
+    head, = _by_role(base, "slurm-controller")  # the controller's plain image (plain_instance.AMI_PARAMETERS)
     assert {c.inputs["ami"] for c in _by_role(base, "storage-client")} == {head.inputs["ami"]}
     prod = capture_program("prod", target_batch=1)  # al2023: the GPU nodes boot the EKS NVIDIA image
     gpu_amis = {r.inputs["ami"] for r in _by_role(prod, "gpu-node")}
