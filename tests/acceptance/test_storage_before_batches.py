@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping
 
 import pytest
 
@@ -18,17 +18,14 @@ from infra.errors import ProvisioningError
 from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
 from infra.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
 from infra.rollout.storage_base import PLAYBOOK, StorageClientsBase, storage_client_extravars
-from infra.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
+from infra.sim.acceptance import AcceptanceFaults
+from tests.acceptance.test_real_stack_hooks import Call, Crash, Recording
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 
 SPEC = small_spec()
 SKU = catalog.get(SPEC.cluster.instance_type)
 CLIENTS = [f"tst-storage-client-{i}" for i in range(SPEC.acceptance.storage_clients)]
-
-
-class Crash(Exception):
-    """The process dying inside a stage's collection."""
 
 
 def bought(cloud: FakeCloud) -> set[str]:
@@ -47,28 +44,7 @@ class Clients:
         return list(CLIENTS)
 
 
-@dataclass
-class Collector:
-    cloud: FakeCloud
-    faults: AcceptanceFaults = AcceptanceFaults()
-    crash_in: str | None = None
-    plan_storage: Any = None
-    calls: list[tuple[str, list[str], set[str]]] = field(default_factory=list)  # stage, nodes, bought then
-
-    def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
-        self.calls.append((stage, list(nodes), bought(self.cloud)))
-        if stage == self.crash_in:
-            self.crash_in = None
-            raise Crash(stage)
-        sim = SimAcceptanceCollector(SPEC.storage, self.plan_storage, SKU, SPEC.acceptance, seed=1, faults=self.faults)
-        return sim.collect(stage, nodes, pairs, out)
-
-    @property
-    def stages(self) -> list[str]:
-        return [c[0] for c in self.calls]
-
-
-def rollout(tmp_path: Path, collector: Collector, clients: Clients):
+def rollout(tmp_path: Path, collector: Recording, clients: Clients):
     o = orchestrator(tmp_path, collector.cloud)
     collector.plan_storage = o.plan.storage
     runner = AcceptanceRunner(SPEC, o.plan, tmp_path / "state", collector, SKU, journal=o.journal)
@@ -86,14 +62,14 @@ def first(evs: list[dict], **match: object) -> int:
 
 def test_storage_runs_on_the_clients_before_any_gpu_node_and_network_on_the_configured_canary(tmp_path):
     cloud = FakeCloud()
-    collector, clients = Collector(cloud), Clients(cloud)
+    collector, clients = Recording(cloud), Clients(cloud)
     o = rollout(tmp_path, collector, clients)
     canary = {n.name for n in o.plan.batch_nodes(1)}
     out = o.run()
     assert out.finished and collector.stages == ["storage", "network", "smoke"]
-    (_, storage_nodes, storage_bought), (_, network_nodes, network_bought), _ = collector.calls
-    assert clients.prepared == [set()] and storage_bought == set()  # nothing bought before the verdict
-    assert storage_nodes == CLIENTS and set(network_nodes) == canary and network_bought == canary
+    storage, network, _ = collector.calls
+    assert clients.prepared == [set()] and storage.provisioned == set()  # nothing bought before the verdict
+    assert storage.nodes == CLIENTS and set(network.nodes) == canary and network.provisioned == canary
     evs = events(tmp_path)
     assert first(evs, type="acceptance", stage="storage", to="passed") < first(evs, type="nodes", batch=1)
     assert first(evs, type="nodes", batch=1, to="configured") < first(evs, type="acceptance", stage="network",
@@ -103,13 +79,13 @@ def test_storage_runs_on_the_clients_before_any_gpu_node_and_network_on_the_conf
 
 def test_a_storage_shortfall_halts_with_no_gpu_node_bought_and_stays_halted_on_resume(tmp_path):
     cloud = FakeCloud()
-    slow, clients = Collector(cloud, AcceptanceFaults(slow_storage=0.3)), Clients(cloud)
+    slow, clients = Recording(cloud, AcceptanceFaults(slow_storage=0.3)), Clients(cloud)
     out = rollout(tmp_path, slow, clients).run()
     assert out.halted and "acceptance storage failed (storage-write-slow" in out.halt_reason
     assert cloud.ledger == [] and slow.stages == ["storage"] and "network" not in out.state.acceptance
     assert not [e for e in events(tmp_path) if e["type"] in ("nodes", "batch", "gated")]
 
-    healthy, again = Collector(cloud), Clients(cloud)
+    healthy, again = Recording(cloud), Clients(cloud)
     resumed = rollout(tmp_path, healthy, again).run()  # the journaled verdict halts again
     assert resumed.halted and resumed.halt_reason == out.halt_reason
     assert healthy.stages == [] and again.prepared == [] and cloud.ledger == []
@@ -117,15 +93,15 @@ def test_a_storage_shortfall_halts_with_no_gpu_node_bought_and_stays_halted_on_r
 
 def test_a_crash_inside_the_storage_stage_prepares_and_collects_it_again_once(tmp_path):
     cloud = FakeCloud()
-    crashing, clients = Collector(cloud, crash_in="storage"), Clients(cloud)
+    crashing, clients = Recording(cloud, crash_in="storage"), Clients(cloud)
     with pytest.raises(Crash):
         rollout(tmp_path, crashing, clients).run()
     assert cloud.ledger == []
-    resumed, clients_again = Collector(cloud), Clients(cloud)
+    resumed, clients_again = Recording(cloud), Clients(cloud)
     out = rollout(tmp_path, resumed, clients_again).run()
     assert out.finished and resumed.stages == ["storage", "network", "smoke"] and clients_again.prepared == [set()]
     assert out.state.acceptance["storage"].attempt == 2
-    last, last_clients = Collector(cloud), Clients(cloud)
+    last, last_clients = Recording(cloud), Clients(cloud)
     assert rollout(tmp_path, last, last_clients).run().finished and last.stages == [] and last_clients.prepared == []
 
 
@@ -192,7 +168,7 @@ def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
 
     cloud = FakeCloud()
     clients = Clients(cloud)
-    collector = Collector(cloud)
+    collector = Recording(cloud)
     pool = type("SlurmPool", (), {"kind": "slurm"})()  # its launcher is asked for at the smoke launch only
     wiring = Wiring(Adapters(cloud, cloud, pool, cloud.clock), threaded=True, acceptance=collector,
                     storage_clients=clients)
@@ -204,5 +180,5 @@ def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
     assert hooks.runner.storage_client_mbs == 6250
     hooks.runner.journal.append({"type": "rollout", "to": "started", "layout": "x", "batches": [1],
                                  "spare_nodes": 0, "instance_type": SPEC.cluster.instance_type})
-    assert hooks.before_batches() is None and collector.calls == [("storage", CLIENTS, set())]
+    assert hooks.before_batches() is None and collector.calls == [Call("storage", CLIENTS, set())]
     assert hooks.before_batches() is None and len(collector.calls) == 1 and len(clients.prepared) == 1
