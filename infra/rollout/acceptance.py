@@ -339,9 +339,12 @@ class AcceptanceHooks:
     """
 
     def __init__(self, runner: AcceptanceRunner, on_hosts: bool = False, smoke_unavailable: str | None = None,
-                 storage_clients: StorageClients | None = None) -> None:
+                 storage_clients: StorageClients | None = None,
+                 note: Callable[[str], None] = lambda _text: None) -> None:
+        """`note`: where to say what runs before a stage is journaled (the rollout's display): bringing
+        up the base and configuring the storage clients takes minutes and changes no journal state."""
         self.runner, self.on_hosts, self.smoke_unavailable = runner, on_hosts, smoke_unavailable
-        self.storage_clients = storage_clients
+        self.storage_clients, self.note = storage_clients, note
 
     def before_batches(self) -> str | None:
         if not self.on_hosts:
@@ -369,7 +372,14 @@ class AcceptanceHooks:
         """The journaled storage verdict, else the clients prepared and the stage run on them."""
         assert self.storage_clients is not None
         done = self.runner.recorded(STORAGE)
-        return halt_reason(done if done is not None else self.runner.storage(self.storage_clients.prepare()))
+        if done is not None:
+            return halt_reason(done)
+        self.note("acceptance storage: bringing up the base (network, file system, storage clients; no GPU node) "
+                  "and configuring the clients")
+        clients = self.storage_clients.prepare()
+        self.note(f"acceptance storage: {len(clients)} storage client(s) ready: {', '.join(clients[:4])}"
+                  + (" ..." if len(clients) > 4 else ""))
+        return halt_reason(self.runner.storage(clients))
 
     def _base_checks(self, blocks: Mapping[int, Sequence[str]]) -> str | None:
         for outcome in self.runner.base_checks(blocks):

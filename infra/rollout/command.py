@@ -127,6 +127,8 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
 
     display = make_display(plan, elapsed)
     journal.listeners.append(display)
+    if hooks is not None:
+        hooks.note = display.note
     try:
         outcome = orch.run()
     finally:

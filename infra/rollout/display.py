@@ -116,6 +116,11 @@ class PlainDisplay:
                            f"quarantined {r['quarantined']:>4}  elapsed {_clock(r['elapsed'])}\n")
             self.out.flush()
 
+    def note(self, text: str) -> None:
+        """A line about work that journals nothing yet (see AcceptanceHooks.note)."""
+        self.out.write(f"{text}  elapsed {_clock(self.elapsed())}\n")
+        self.out.flush()
+
     def close(self) -> None:
         pass
 
@@ -167,6 +172,12 @@ class RichDisplay:
             t.add_row(f"{r['batch']}{'c' if r['canary'] else ''}", r["stage"], f"{r['done']}/{r['total']}",
                       str(r["admitted"]), str(r["quarantined"]), _clock(r["elapsed"]))
         return t
+
+    def note(self, text: str) -> None:
+        """Printed above the live table, which keeps redrawing below it."""
+        from rich.text import Text
+
+        self.live.console.print(Text(f"{text}  elapsed {_clock(self.elapsed())}"))
 
     def close(self) -> None:
         if getattr(self, "_state", None) is not None:

@@ -326,3 +326,17 @@ def test_the_terminal_table_shows_each_stage_under_its_status(tmp_path):
     network = next(line for line in text.splitlines() if "network" in line)
     assert "passed" in storage and "seq-write 900 MB/s" in storage and "30 s modelled" in storage
     assert "failed" in network and "mgmt-tcp-slow: TCP [a--b] 1.5 Gbit/s is under 50" in network
+
+
+def test_a_note_is_a_line_on_the_plain_display_and_printed_above_the_rich_table():
+    from infra.plan import build_plan
+    from infra.rollout.display import RichDisplay
+
+    plain = io.StringIO()
+    PlainDisplay(build_plan(SPEC), lambda: 75.0, plain).note("acceptance storage: configuring the clients")
+    assert plain.getvalue() == "acceptance storage: configuring the clients  elapsed 0:01:15\n"
+    rich = io.StringIO()
+    display = RichDisplay(build_plan(SPEC), lambda: 75.0, rich)
+    display.note("acceptance storage: 4 storage client(s) ready: [a], b")  # brackets are text, not markup
+    display.close()
+    assert "acceptance storage: 4 storage client(s) ready: [a], b  elapsed 0:01:15" in rich.getvalue()

@@ -38,9 +38,11 @@ class Clients:
 
     cloud: FakeCloud
     prepared: list[set[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the display was told, "PREPARED" where prepare ran
 
     def prepare(self) -> list[str]:
         self.prepared.append(bought(self.cloud))
+        self.notes.append("PREPARED")
         return list(CLIENTS)
 
 
@@ -48,7 +50,7 @@ def rollout(tmp_path: Path, collector: Recording, clients: Clients):
     o = orchestrator(tmp_path, collector.cloud)
     collector.plan_storage = o.plan.storage
     runner = AcceptanceRunner(SPEC, o.plan, tmp_path / "state", collector, SKU, journal=o.journal)
-    o.hooks = AcceptanceHooks(runner, on_hosts=True, storage_clients=clients)
+    o.hooks = AcceptanceHooks(runner, on_hosts=True, storage_clients=clients, note=clients.notes.append)
     return o
 
 
@@ -68,6 +70,9 @@ def test_storage_runs_on_the_clients_before_any_gpu_node_and_network_on_the_conf
     out = o.run()
     assert out.finished and collector.stages == ["storage", "network", "smoke"]
     storage, network, _ = collector.calls
+    # the display hears of the base and the clients before and after their minutes of preparation
+    assert [n.split(":")[0] for n in clients.notes] == ["acceptance storage", "PREPARED", "acceptance storage"]
+    assert "no GPU node" in clients.notes[0] and f"{len(CLIENTS)} storage client(s) ready" in clients.notes[2]
     assert clients.prepared == [set()] and storage.provisioned == set()  # nothing bought before the verdict
     assert storage.nodes == CLIENTS and set(network.nodes) == canary and network.provisioned == canary
     evs = events(tmp_path)
@@ -88,7 +93,7 @@ def test_a_storage_shortfall_halts_with_no_gpu_node_bought_and_stays_halted_on_r
     healthy, again = Recording(cloud), Clients(cloud)
     resumed = rollout(tmp_path, healthy, again).run()  # the journaled verdict halts again
     assert resumed.halted and resumed.halt_reason == out.halt_reason
-    assert healthy.stages == [] and again.prepared == [] and cloud.ledger == []
+    assert healthy.stages == [] and again.prepared == [] and again.notes == [] and cloud.ledger == []
 
 
 def test_a_crash_inside_the_storage_stage_prepares_and_collects_it_again_once(tmp_path):
