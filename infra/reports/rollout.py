@@ -67,6 +67,7 @@ class EarlierAttempt(_M):
     attempt: int
     reason_codes: list[str]
     bundle: str | None = None
+    recheck: str | None = None  # set aside because what it judged changed (else: failed, then retried)
 
 
 class AcceptanceLine(_M):
@@ -83,7 +84,7 @@ class AcceptanceLine(_M):
     figures: str = ""
     imported_from: str | None = None  # the pre-journal outcome file the verdict came from
     reason: str = ""  # why a not-applicable stage had nothing to test
-    earlier: list[EarlierAttempt] = Field(default_factory=list)  # failed attempts the operator retried
+    earlier: list[EarlierAttempt] = Field(default_factory=list)  # attempts retried after failing, or rechecked
     checks: list[CheckResult] = Field(default_factory=list)
 
 

@@ -108,7 +108,8 @@ def acceptance_blocks(report: RolloutReport) -> list[Block]:
     for a in report.acceptance:
         took = f"{duration(a.seconds)} {a.timing}" if a.seconds is not None else ""
         what = a.figures or a.reason or (", ".join(f"`{c}`" for c in a.reason_codes) if a.reason_codes else "")
-        earlier = "; ".join(f"attempt {e.attempt} failed ({', '.join(e.reason_codes)})" for e in a.earlier)
+        earlier = "; ".join(f"attempt {e.attempt} rechecked ({e.recheck})" if e.recheck
+                            else f"attempt {e.attempt} failed ({', '.join(e.reason_codes)})" for e in a.earlier)
         rows.append([a.stage, a.status, a.verdict or "", a.attempts, took, what, earlier, a.bundle or ""])
     blocks: list[Block] = [Table(columns=["stage", "status", "verdict", "attempts", "time", "figures / reason codes",
                                           "earlier attempts", "bundle"], rows=rows,

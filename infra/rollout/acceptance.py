@@ -39,7 +39,7 @@ from infra.plan.model import ClusterPlan
 from infra.gates.launch import LaunchSpec
 from infra.pool.protocol import Launcher, LaunchResult, Pool
 from infra.durable import write_atomic
-from infra.rollout.state import ACCEPTANCE_STAGES, RolloutState, StageStatus
+from infra.rollout.state import ACCEPTANCE_STAGES, BatchStage, RolloutState, StageStatus
 from infra.spec import ClusterSpec
 
 STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
@@ -202,6 +202,27 @@ class AcceptanceRunner:
                              "outcome": outcome.model_dump(mode="json"), "duration_s": 0.0, "timing": "measured"})
         return outcome
 
+    def inputs(self, stage: str) -> dict[str, Any] | None:
+        """What a stage's verdict holds for besides its nodes: the storage check's file system (as
+        the stack asks for it and the plan sized it) and its bars; None for the other stages."""
+        return storage_inputs(self.spec, self.plan) if stage == STORAGE else None
+
+    def recheck_if_changed(self, stage: str) -> str | None:
+        """Journal a recheck of a decided stage whose inputs changed since its verdict (the verdict is
+        set aside, the stage runs again); the reason, or None when nothing changed. A verdict from
+        before inputs were journaled is kept: there is nothing to compare it with."""
+        a = self.journal.state.acceptance.get(stage)
+        now = self.inputs(stage)
+        if a is None or not a.status.decided or a.inputs is None or now is None or a.inputs == now:
+            return None
+        # the stack's own settings first (the cause), what the plan derived from them after
+        changed = sorted((k for k in a.inputs.keys() | now.keys() if a.inputs.get(k) != now.get(k)),
+                         key=lambda k: (k.startswith("plan."), k))
+        what = ", ".join(f"{k} {a.inputs.get(k)} -> {now.get(k)}" for k in changed[:4])
+        reason = f"{stage} changed since attempt {a.attempt}: {what}" + (" ..." if len(changed) > 4 else "")
+        self.journal.append({"type": "acceptance", "stage": stage, "to": "recheck", "reason": reason[:500]})
+        return reason
+
     def _not_applicable(self, stage: str, nodes: Sequence[str], reason: str) -> A.StageOutcome:
         done = self.recorded(stage)
         if done is not None:
@@ -223,8 +244,12 @@ class AcceptanceRunner:
         dest = self.state_dir / rel
         if dest.exists():  # left by a journal that was never told (a crash before `started` was durable)
             shutil.rmtree(dest)
-        self.journal.append({"type": "acceptance", "stage": stage, "to": "started", "nodes": list(nodes),
-                             "pairs": [list(p) for p in pairs], "bundle": str(rel)})
+        started: dict[str, Any] = {"type": "acceptance", "stage": stage, "to": "started", "nodes": list(nodes),
+                                   "pairs": [list(p) for p in pairs], "bundle": str(rel)}
+        inputs = self.inputs(stage)
+        if inputs is not None:
+            started["inputs"] = inputs
+        self.journal.append(started)
         began = self.now()
         folder = self.collector.collect(stage, nodes, pairs, dest)
         bundle = read_bundle(folder)
@@ -253,6 +278,22 @@ class AcceptanceRunner:
         if stage == NETWORK:
             return A.network_checks(bundle, pairs, self.instance, cfg, efa=self.instance.efa_generation > 0)
         return A.smoke_checks(bundle, self.instance, cfg)
+
+
+STORAGE_BARS = ("storage_clients", "storage_client_type", "storage_min_share", "random_read_min_iops",
+                "random_read_p99_max_ms", "metadata_min_ops", "checkpoint_shards")
+
+
+def storage_inputs(spec: ClusterSpec, plan: ClusterPlan) -> dict[str, Any]:
+    """The storage check's inputs, flat and JSON-safe: the stack's `storage` section, the file
+    system the plan sized from it, and the acceptance bars the check applies. A change in any of
+    them (a resize, a new tier, a stricter floor) makes the journaled verdict one about another
+    file system, so the stage runs again (`AcceptanceHooks.recheck`)."""
+    out: dict[str, Any] = {f"storage.{k}": v for k, v in spec.storage.model_dump(mode="json", by_alias=True).items()}
+    bars = spec.acceptance.model_dump(mode="json")
+    aliases = spec.acceptance.model_dump(mode="json", by_alias=True)
+    out |= {f"acceptance.{alias}": bars[k] for k, alias in zip(bars, aliases) if k in STORAGE_BARS}
+    return out | {f"plan.storage.{k}": v for k, v in plan.storage.model_dump(mode="json").items()}
 
 
 def _instant(stamp: object) -> datetime:
@@ -362,6 +403,25 @@ class AcceptanceHooks:
         # was bought before this gpufleet ran the check on clients
         reason = self._storage_on_clients()
         return reason if reason is not None else halt_reason(self.runner.network(self._blocks(slots)))
+
+    def recheck(self) -> str | None:
+        """The storage stage again, before anything else, when the rollout is past the point where
+        `before_batches` runs it: its verdict was about another file system (the stack's storage
+        section, the file system the plan sizes or the check's bars changed since: "after any
+        storage change"), or the operator retried it, or a crash cut it short. A finished rollout
+        reopens for it; a shortfall halts. The halt reason, or None."""
+        state = self.runner.journal.state
+        a = state.acceptance.get(STORAGE)
+        if a is None:
+            return None
+        if a.status.decided:
+            if self.runner.recheck_if_changed(STORAGE) is None:
+                return None
+        elif all(b.stage is BatchStage.PENDING for b in state.batches.values()):
+            return None  # before the first batch: before_batches (or after_configure) runs it
+        if self.storage_clients is not None:
+            return self._storage_on_clients()  # the base's update applies the storage change first
+        return halt_reason(self.runner.storage(a.nodes))
 
     def after_canary(self, admitted: Sequence[str]) -> str | None:
         if self.smoke_unavailable is not None:

@@ -60,6 +60,8 @@ def stage_detail(a: AcceptanceState) -> str:
     if a.status is StageStatus.NOT_APPLICABLE:
         return f"nothing to test ({a.reason})"
     if a.status is StageStatus.RETRY:
+        if a.failures[-1].get("recheck"):
+            return f"to run again ({a.failures[-1]['recheck']})"
         return f"to run again (attempt {a.attempt} failed: {', '.join(a.failures[-1]['reason_codes'])})"
     checks = (a.outcome or {}).get("checks", ())
     text = key_figures(a.stage, checks) if a.status is StageStatus.PASSED else failure_text(checks, a.reason_codes)

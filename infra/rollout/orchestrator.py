@@ -85,7 +85,12 @@ class HostStageHooks(StageHooks, Protocol):
     own links and EFA), and its storage check too where the stack has no storage clients (static
     hosts: nothing but the fleet exists before the first batch).
 
-    Optional: the orchestrator calls `after_configure` only on hooks that have it."""
+    Optional: the orchestrator calls `after_configure` and `recheck` only on hooks that have them."""
+
+    def recheck(self) -> str | None:
+        """Stages to run again at the start of every run, past the point where `before_batches` runs
+        them (the storage check after a storage change); journaled like any verdict."""
+        ...
 
     def after_configure(self, batch: int, slots: Sequence[str]) -> str | None:
         """Stages on the canary's configured hosts, after its configure step and before its preflight
@@ -159,6 +164,7 @@ class Orchestrator:
                               field="gpufleet:cluster / gpufleet:rollout",
                               expected="the layout the journal was started with, or --restart to archive it")
         try:
+            self._recheck()
             for b in self.plan.batches[:self.last_batch]:
                 if self.state.halted:
                     break
@@ -191,6 +197,16 @@ class Orchestrator:
             return True
         self.journal.append({"type": "rollout", "to": "halted", "reason": reason})
         return False
+
+    def _recheck(self) -> None:
+        """The hooks' stages that must run again before anything else (`HostStageHooks.recheck`: the
+        storage check after a storage change); a failing one halts the rollout."""
+        recheck = getattr(self.hooks, "recheck", None)
+        if recheck is None or self.state.halted:
+            return
+        reason = recheck()
+        if reason is not None:
+            self.journal.append({"type": "rollout", "to": "halted", "reason": reason})
 
     def _after_configure(self, k: int) -> bool:
         """The canary's configured hosts to the hooks' `after_configure` (a real stack's network check)

@@ -20,6 +20,9 @@ One event may move many nodes at once (a stage over a batch is one action, so on
     {"type": "acceptance", "stage": ..., "to": "passed" | "failed", "outcome": <StageOutcome JSON>,
      "duration_s": ..., "timing": "modelled" | "measured", "imported": <legacy outcome file>?}
     {"type": "acceptance", "stage": ..., "to": "retry"}  (the operator reruns a failed stage)
+    {"type": "acceptance", "stage": ..., "to": "recheck", "reason": ...}  (what the stage judged changed,
+     e.g. the file system: its verdict is set aside and it runs again; a finished rollout reopens
+     until it has the new verdict)
     {"type": "acceptance", "stage": ..., "to": "not-applicable", "reason": ..., "outcome": <StageOutcome JSON>}
      (nothing to test: a network check on one node has no pair; no verdict, and no halt)
 
@@ -178,7 +181,8 @@ class AcceptanceState:
     timing: str = "measured"  # "modelled" on the simulator
     imported: str | None = None  # the pre-journal outcome file the verdict was converted from
     reason: str = ""  # why a not-applicable stage had nothing to test
-    failures: list[dict[str, Any]] = field(default_factory=list)  # {attempt, reason_codes, bundle} retried
+    failures: list[dict[str, Any]] = field(default_factory=list)  # {attempt, reason_codes, bundle[, recheck]} set aside
+    inputs: dict[str, Any] | None = None  # what the attempt judged (storage: the file system and its bars)
 
     @property
     def reason_codes(self) -> list[str]:
@@ -429,7 +433,7 @@ def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
         a = state.acceptance[name] = a or AcceptanceState(stage=name)
         a.status, a.attempt, a.outcome, a.duration_s = StageStatus.RUNNING, a.attempt + 1, None, None
         a.nodes, a.pairs = list(e.get("nodes", ())), [tuple(p) for p in e.get("pairs", ())]
-        a.bundle = e.get("bundle")
+        a.bundle, a.inputs = e.get("bundle"), e.get("inputs")
     elif to in (StageStatus.PASSED.value, StageStatus.FAILED.value):
         imported = e.get("imported")
         if imported:
@@ -465,6 +469,16 @@ def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
         a.failures.append({"attempt": a.attempt, "reason_codes": a.reason_codes, "bundle": a.bundle})
         a.status, a.outcome = StageStatus.RETRY, None
         state.halted, state.halt_reason = False, ""  # a failed stage is the only halt it can have caused
+    elif to == "recheck":
+        if a is None or not a.status.decided:
+            raise IllegalTransition(f"acceptance {name}: only a decided stage is rechecked, this one is "
+                                    f"{a.status.value if a else 'not run'}")
+        if state.halted and a.status is not StageStatus.FAILED:
+            raise IllegalTransition(f"acceptance {name}: the rollout is halted by something else")
+        a.failures.append({"attempt": a.attempt, "reason_codes": a.reason_codes, "bundle": a.bundle,
+                           "recheck": str(e["reason"])})
+        a.status, a.outcome = StageStatus.RETRY, None
+        state.halted, state.halt_reason, state.finished = False, "", False
     else:
         raise IllegalTransition(f"acceptance {name} cannot go to {to!r}")
 

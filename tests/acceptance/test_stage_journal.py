@@ -340,3 +340,68 @@ def test_a_note_is_a_line_on_the_plain_display_and_printed_above_the_rich_table(
     display.note("acceptance storage: 4 storage client(s) ready: [a], b")  # brackets are text, not markup
     display.close()
     assert "acceptance storage: 4 storage client(s) ready: [a], b  elapsed 0:01:15" in rich.getvalue()
+
+
+# ------------------------------------------------------------------ after a storage change
+
+def _with_storage(spec: ClusterSpec, **changes) -> ClusterSpec:
+    return spec.model_copy(update={"storage": spec.storage.model_copy(update=changes)})
+
+
+def _on(tmp_path, spec, cloud, faults=AcceptanceFaults()):
+    o = orchestrator(tmp_path, cloud, spec)
+    sku = catalog.get(spec.cluster.instance_type)
+    collector = Counting(spec.storage, o.plan.storage, sku, spec.acceptance, seed=1, faults=faults)
+    o.hooks = AcceptanceHooks(AcceptanceRunner(spec, o.plan, tmp_path / "state", collector, sku, journal=o.journal))
+    return o, collector
+
+
+def test_a_storage_change_after_the_rollout_rechecks_storage_alone_and_a_shortfall_halts(tmp_path):
+    o, _, cloud = _rollout(tmp_path)
+    assert o.run().finished
+    o.journal.close()
+    bought = list(cloud.ledger)
+
+    same, collector = _on(tmp_path, SPEC, cloud)
+    assert same.run().finished and collector.stages == []  # nothing changed: nothing runs again
+    same.journal.close()
+
+    resized = _with_storage(SPEC, dataset_tib=40)
+    again, collector = _on(tmp_path, resized, cloud)
+    out = again.run()
+    assert out.finished and collector.stages == ["storage"] and cloud.ledger == bought
+    storage = out.state.acceptance["storage"]
+    assert storage.attempt == 2 and storage.status is st.StageStatus.PASSED
+    assert storage.inputs["storage.datasetTib"] == 40
+    recheck = next(e for e in _journal(tmp_path) if e.get("to") == "recheck")
+    assert recheck["reason"].startswith("storage changed since attempt 1: storage.datasetTib 10.0 -> 40")
+    rep, doc = _report(again, out)
+    assert rep.status == "complete" and "storage.datasetTib" in rep.acceptance[0].earlier[0].recheck
+    assert "attempt 1 rechecked (storage changed since attempt 1" in markdown.render(doc)
+    again.journal.close()
+
+    slower = _with_storage(resized, throughput_per_tib=125)
+    halted, collector = _on(tmp_path, slower, cloud, AcceptanceFaults(slow_storage=0.3))
+    out = halted.run()
+    assert out.halted and collector.stages == ["storage"] and cloud.ledger == bought
+    assert out.halt_reason.startswith("acceptance storage failed (storage-write-slow")
+    halted.journal.append({"type": "acceptance", "stage": "storage", "to": "retry"})  # --retry-stage storage
+    halted.journal.close()
+
+    fixed, collector = _on(tmp_path, slower, cloud)
+    out = fixed.run()
+    assert out.finished and not out.halted and collector.stages == ["storage"]
+    assert out.state.acceptance["storage"].attempt == 4
+
+
+def test_recheck_events_are_refused_where_they_make_no_sense():
+    start = {"seq": 1, "type": "rollout", "to": "started", "batches": [1]}
+    with pytest.raises(st.IllegalTransition, match="only a decided stage is rechecked"):
+        st.fold([start, ev(2, stage="storage", to="started"), ev(3, stage="storage", to="recheck", reason="x")])
+    with pytest.raises(st.IllegalTransition, match="halted by something else"):
+        st.fold([start, ev(2, stage="storage", to="started"), ev(3, stage="storage", to="passed", outcome=OUTCOME_OK),
+                 {"seq": 4, "type": "rollout", "to": "halted", "reason": "the canary failed"},
+                 ev(5, stage="storage", to="recheck", reason="x")])
+    state = st.fold([start, ev(2, stage="storage", to="started"), ev(3, stage="storage", to="passed", outcome=OUTCOME_OK),
+                     {"seq": 4, "type": "rollout", "to": "finished"}, ev(5, stage="storage", to="recheck", reason="x")])
+    assert not state.finished and state.acceptance["storage"].status is st.StageStatus.RETRY

@@ -46,10 +46,10 @@ class Clients:
         return list(CLIENTS)
 
 
-def rollout(tmp_path: Path, collector: Recording, clients: Clients):
-    o = orchestrator(tmp_path, collector.cloud)
+def rollout(tmp_path: Path, collector: Recording, clients: Clients, spec=SPEC):
+    o = orchestrator(tmp_path, collector.cloud, spec)
     collector.plan_storage = o.plan.storage
-    runner = AcceptanceRunner(SPEC, o.plan, tmp_path / "state", collector, SKU, journal=o.journal)
+    runner = AcceptanceRunner(spec, o.plan, tmp_path / "state", collector, SKU, journal=o.journal)
     o.hooks = AcceptanceHooks(runner, on_hosts=True, storage_clients=clients, note=clients.notes.append)
     return o
 
@@ -187,3 +187,16 @@ def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
                                  "spare_nodes": 0, "instance_type": SPEC.cluster.instance_type})
     assert hooks.before_batches() is None and collector.calls == [Call("storage", CLIENTS, set())]
     assert hooks.before_batches() is None and len(collector.calls) == 1 and len(clients.prepared) == 1
+
+
+def test_after_a_storage_change_the_clients_are_prepared_again_and_storage_rechecked_on_them(tmp_path):
+    """The base's update applies the change (prepare), then the check runs on the clients; no GPU node moves."""
+    cloud = FakeCloud()
+    assert rollout(tmp_path, Recording(cloud), Clients(cloud)).run().finished
+    bought_before = list(cloud.ledger)
+    resized = SPEC.model_copy(update={"storage": SPEC.storage.model_copy(update={"dataset_tib": 3.0})})
+    collector, clients = Recording(cloud), Clients(cloud)
+    out = rollout(tmp_path, collector, clients, resized).run()
+    assert out.finished and collector.stages == ["storage"] and collector.calls[0].nodes == CLIENTS
+    assert len(clients.prepared) == 1 and cloud.ledger == bought_before
+    assert out.state.acceptance["storage"].attempt == 2
