@@ -79,14 +79,7 @@ class KubeApi:
         return out
 
     def read_node(self, name: str) -> dict[str, Any] | None:
-        def read():
-            try:
-                return _json(self.core.read_node(name, _preload_content=False))
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-        return self._call(read, f"read node {name}")
+        return self._read(lambda: self.core.read_node(name, _preload_content=False), f"read node {name}")
 
     def patch_node(self, name: str, patch: dict[str, Any], slot: str) -> dict[str, Any]:
         return _json(self._call(lambda: self.core.patch_node(name, patch, _content_type=MERGE_PATCH,
@@ -139,14 +132,8 @@ class KubeApi:
     # --- the slot ledger ---------------------------------------------------------------------
 
     def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        def read():
-            try:
-                return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-        return self._call(read, f"read configmap {namespace}/{name}")
+        return self._read(lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
+                          f"read configmap {namespace}/{name}")
 
     def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """409 (someone created it meanwhile) raises `Conflict`: read it and merge again."""
@@ -213,14 +200,8 @@ class KubeApi:
                                 f"create Job {namespace}/{body['metadata']['name']}"))
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        def read():
-            try:
-                return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-        return self._call(read, f"read Job {namespace}/{name}")
+        return self._read(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False),
+                          f"read Job {namespace}/{name}")
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Background propagation: the garbage collector deletes its pods too (the API's default for
@@ -239,6 +220,17 @@ class KubeApi:
     def delete_configmap(self, namespace: str, name: str) -> None:
         self._delete(lambda: self.core.delete_namespaced_config_map(name, namespace, _preload_content=False),
                      f"delete configmap {namespace}/{name}")
+
+    def _read(self, fn, what: str) -> dict[str, Any] | None:
+        """One object as JSON, or None when the API server has none (404)."""
+        def read():
+            try:
+                return _json(fn())
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+        return self._call(read, what)
 
     def _delete(self, fn, what: str) -> None:
         def delete():
