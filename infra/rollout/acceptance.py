@@ -320,10 +320,15 @@ class LauncherSmokeCollector:
         spec = A.smoke_launch_spec(nodes, self.ranks_per_node, self.python, self.script, self.data_dir, self.steps,
                                    self.extra, env=self.env, container=self.container)
         result, = self.launcher.run([spec], self.timeout_s)
-        record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
-                            ended=result.ended)
-        return write_bundle(out, {A.TRAIN_SMOKE: result.output},
-                            Manifest(slot="acceptance-smoke", collected_by="launcher", files={A.TRAIN_SMOKE: record}))
+        return smoke_bundle(out, result, "launcher")
+
+
+def smoke_bundle(out: Path, result: LaunchResult, collected_by: str) -> Path:
+    """The smoke stage's bundle from one launch: its raw output, command, exit code and times."""
+    record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
+                        ended=result.ended)
+    return write_bundle(out, {A.TRAIN_SMOKE: result.output},
+                        Manifest(slot="acceptance-smoke", collected_by=collected_by, files={A.TRAIN_SMOKE: record}))
 
 
 class PoolLauncher:

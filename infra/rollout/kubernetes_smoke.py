@@ -21,13 +21,12 @@ from typing import Any, Callable, Protocol, Sequence
 from infra.catalog import InstanceType
 from infra.errors import ConfigError
 from infra.gates import acceptance as A
-from infra.gates.bundle import FileRecord, Manifest, write_bundle
 from infra.pool.kubernetes.job_runner import IndexedJobRunner
 from infra.pool.kubernetes.manifests import nccl_configmap_name
 from infra.pool.kubernetes.smoke_job import SmokeJob, SmokeObjects, smoke_objects
 from infra.pool.protocol import LaunchResult
 from infra.project import Project
-from infra.rollout.acceptance import SMOKE, smoke_paths
+from infra.rollout.acceptance import SMOKE, smoke_bundle, smoke_paths
 from infra.spec import ClusterSpec
 
 NO_IMAGE = ("no acceptance.workloadImage: the kubernetes pool runs the smoke job in that container image "
@@ -86,8 +85,4 @@ class KubernetesSmokeCollector:
         if stage != SMOKE:
             raise ValueError(f"the Kubernetes smoke collector collects the smoke stage only, not {stage!r}")
         result = self.runner.run(smoke_objects(self.job(nodes)), list(nodes), self.timeout_s)
-        record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
-                            ended=result.ended)
-        return write_bundle(out, {A.TRAIN_SMOKE: result.output},
-                            Manifest(slot="acceptance-smoke", collected_by="kubernetes-job",
-                                     files={A.TRAIN_SMOKE: record}))
+        return smoke_bundle(out, result, "kubernetes-job")
