@@ -512,6 +512,18 @@ class SimDurations(_Model):
         return v
 
 
+class SimAcceptanceFaults(_Model):
+    """The acceptance stages' seeded faults (`infra.sim.acceptance`): a file system that delivers
+    `slowStorage` of its modelled throughput, slow lossy management links on the pairs touching
+    `badMgmtNodes`, and the training rank on `divergingNode` ending with different parameters.
+    The slots must be the plan's: the network stage samples pairs of the canary's nodes and the
+    smoke job runs on its first admitted ones, so a fault elsewhere is never met."""
+
+    slow_storage: float | None = Field(default=None, gt=0, lt=1)
+    bad_mgmt_nodes: list[str] = Field(default_factory=list)
+    diverging_node: str | None = None
+
+
 class SimulatorConfig(_Model):
     """Present only on simulated stacks (`local`, `local-slurm`): the key, not the stack name,
     makes a stack simulated. The real Pulumi program refuses such a stack; the offline preview
@@ -530,6 +542,7 @@ class SimulatorConfig(_Model):
     systemic: SimSystemicFault = "none"
     bad_replacements: SimBadReplacements = SimBadReplacements()
     durations: SimDurations = SimDurations()
+    acceptance: SimAcceptanceFaults = SimAcceptanceFaults()
 
     @field_validator("faults")
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from infra.bom import bom_findings
-from infra.findings import Finding, info, sort_findings, warning
+from infra.findings import Finding, error, info, sort_findings, warning
 from infra.plan.batches import batch_of_block, plan_batches
 from infra.plan.memory import memory_fit
 from infra.plan.model import ClusterPlan
@@ -59,12 +59,28 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
     findings += _rollout_findings(spec, len(batches))
     findings += _monitoring_findings(spec)
     findings += _smoke_runtime_findings(spec)
+    findings += _sim_acceptance_findings(spec, {s.name for s in slots})
     findings += extra_findings
     return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
                        instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),
                        units=tuple(units), blocks=tuple(blocks), partitions=tuple(allocations),
                        batches=tuple(batches), network=network, storage=storage, memory=memory,
                        findings=tuple(sort_findings(findings)))
+
+
+def _sim_acceptance_findings(spec: ClusterSpec, slots: set[str]) -> list[Finding]:
+    """ERROR for a simulated acceptance fault on a slot the plan does not have: it would never be
+    met, and the stage would pass with the fault "seeded"."""
+    if spec.simulator is None:
+        return []
+    faults = spec.simulator.acceptance
+    named = [*faults.bad_mgmt_nodes, *([faults.diverging_node] if faults.diverging_node else [])]
+    unknown = [s for s in named if s not in slots]
+    if not unknown:
+        return []
+    return [error("SIM_FAULT_SLOT_UNKNOWN", "gpufleet:simulator.acceptance",
+                  f"names slot(s) the plan does not have: {', '.join(unknown)}; the plan's slots are "
+                  f"{min(slots)} .. {max(slots)} (`gpufleet plan -s STACK` lists them)")]
 
 
 def _rollout_findings(spec: ClusterSpec, batches: int) -> list[Finding]:

@@ -506,10 +506,11 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
 
     sku = catalog.get(spec.cluster.instance_type)
     if spec.simulated and spec.simulator is not None:
-        from infra.sim.acceptance import SimAcceptanceCollector
+        from infra.sim.acceptance import SimAcceptanceCollector, faults_from
 
         collector: AcceptanceCollector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance,
-                                                                seed=spec.simulator.seed)
+                                                                seed=spec.simulator.seed,
+                                                                faults=faults_from(spec.simulator.acceptance))
         on_hosts, smoke_unavailable, clients = False, None, None
     elif wiring is not None and wiring.acceptance is not None:
         pool = wiring.adapters.pool

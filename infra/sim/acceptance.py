@@ -22,9 +22,9 @@ from typing import Mapping, Sequence
 from infra.catalog import InstanceType
 from infra.gates import acceptance as A
 from infra.gates.bundle import FileRecord, Manifest, write_bundle
-from infra.plan.model import StoragePlan
 from infra.plan.storage import MB, TIB
-from infra.spec import AcceptanceConfig, StorageConfig
+from infra.plan.model import StoragePlan
+from infra.spec import AcceptanceConfig, SimAcceptanceFaults, StorageConfig
 
 FIO_VERSION = "fio-3.33"
 PERCENTILES = ("1.000000", "5.000000", "10.000000", "20.000000", "30.000000", "40.000000", "50.000000",
@@ -37,6 +37,13 @@ class AcceptanceFaults:
     slow_storage: float | None = None  # fraction of the modelled throughput the file system delivers
     bad_mgmt_nodes: frozenset[str] = field(default_factory=frozenset)
     diverging_node: str | None = None
+
+
+def faults_from(cfg: SimAcceptanceFaults) -> AcceptanceFaults:
+    """The stack's `gpufleet:simulator.acceptance` faults (their slots checked by the plan,
+    SIM_FAULT_SLOT_UNKNOWN)."""
+    return AcceptanceFaults(slow_storage=cfg.slow_storage, bad_mgmt_nodes=frozenset(cfg.bad_mgmt_nodes),
+                            diverging_node=cfg.diverging_node)
 
 
 # --- fio ------------------------------------------------------------------------------------

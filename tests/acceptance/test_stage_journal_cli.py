@@ -196,3 +196,27 @@ def test_retry_stage_without_a_journal_is_refused_before_anything_runs(tmp_path)
     assert "no rollout journal" in refused.output and "nothing to retry" in refused.output
     assert "starting a new rollout" not in refused.output
     assert not (project / ".gpufleet" / STACK / "journal.jsonl").exists()
+
+
+def test_the_stack_seeds_acceptance_faults_and_a_slot_the_plan_lacks_is_refused_before_anything_runs(tmp_path):
+    """`gpufleet:simulator.acceptance`: a slow file system halts at storage (exit 3); an unknown slot
+    is a plan ERROR (exit 2) and nothing is written."""
+    import yaml
+
+    def seeded(name: str, faults: dict) -> Path:
+        project = make_project(tmp_path / name)
+        path = project / "stacks" / f"Pulumi.{STACK}.yaml"
+        doc = yaml.safe_load(path.read_text())
+        doc["config"]["gpufleet:simulator"]["acceptance"] = faults
+        path.write_text(yaml.safe_dump(doc))
+        return project
+
+    slow = seeded("slow", {"slowStorage": 0.3})
+    halted = rollout(slow, STACK)
+    assert halted.exit_code == 3 and "acceptance storage failed (storage-write-slow" in halted.output
+    assert _stage_events(slow) == [("storage", "started"), ("storage", "failed")]
+
+    unknown = seeded("unknown", {"divergingNode": "nosuch-slot"})
+    refused = rollout(unknown, STACK)
+    assert refused.exit_code == 2 and "SIM_FAULT_SLOT_UNKNOWN" in refused.output and "nosuch-slot" in refused.output
+    assert not (unknown / ".gpufleet").exists()
