@@ -2,12 +2,12 @@
 
 Run: python bench/bench_acceptance.py [--gpus 1000]. Every figure comes from one simulated rollout
 of the `local` stack scaled to the size (bench/bench_rollout.py's project, in a child process):
-its report's timeline (infra.rollout.timeline) places the journaled acceptance stages on the
+its report's timeline (gpufleet.rollout.timeline) places the journaled acceptance stages on the
 critical path where the flow runs them (storage before the canary is provisioned, network on the
 canary's first hosts, the smoke job before batch 2), so the time-to-pool, the schedules and the
 lower bound include them. The same batches' timeline without the stages is computed beside it
 (the same model, the stages left out) to give their share. The stages' seconds are what fio,
-iperf3, ping, fabtests and the smoke job report they ran for (infra.sim.acceptance); the image
+iperf3, ping, fabtests and the smoke job report they ran for (gpufleet.sim.acceptance); the image
 pre-pull is inside configure (the simulator's `durations.imagePull`), so it is listed, not added.
 """
 
@@ -26,11 +26,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from bench_rollout import capture, make_project  # noqa: E402
 
-from infra import catalog  # noqa: E402
-from infra.plan import plan_stack  # noqa: E402
-from infra.project import load_project  # noqa: E402
-from infra.rollout.timeline import BatchTimes, timeline  # noqa: E402
-from infra.spec import load_stack_path  # noqa: E402
+from gpufleet import catalog  # noqa: E402
+from gpufleet.plan import plan_stack  # noqa: E402
+from gpufleet.project import load_project  # noqa: E402
+from gpufleet.rollout.timeline import BatchTimes, timeline  # noqa: E402
+from gpufleet.spec import load_stack_path  # noqa: E402
 
 TOOLS = {"storage": "storage base check (fio x7)", "network": "network base check (pairs)",
          "smoke": "training smoke (after canary)"}

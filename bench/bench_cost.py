@@ -25,13 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.cost import prometheus, sacct  # noqa: E402
-from infra.cost.document import cost_document  # noqa: E402
-from infra.cost.pool_history import transitions  # noqa: E402
-from infra.cost.report import PriceUsed, UnitNodes, build  # noqa: E402
-from infra.cost.usage import Window  # noqa: E402
-from infra.pool.slurm.conf import hostlist  # noqa: E402
-from infra.reports.write import write_report  # noqa: E402
+from gpufleet.cost import prometheus, sacct  # noqa: E402
+from gpufleet.cost.document import cost_document  # noqa: E402
+from gpufleet.cost.pool_history import transitions  # noqa: E402
+from gpufleet.cost.report import PriceUsed, UnitNodes, build  # noqa: E402
+from gpufleet.cost.usage import Window  # noqa: E402
+from gpufleet.pool.slurm.conf import hostlist  # noqa: E402
+from gpufleet.reports.write import write_report  # noqa: E402
 
 NODES = 1_250
 GPUS = 8

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.bom import load_bom  # noqa: E402
-from infra.gates import bundle as B, synth, versions  # noqa: E402
-from infra.gates.evaluate import default_workers, gate_cohort, gate_folders  # noqa: E402
-from infra.gates.isolation import isolate  # noqa: E402
-from infra.gates.settings import GateSettings  # noqa: E402
+from gpufleet.bom import load_bom  # noqa: E402
+from gpufleet.gates import bundle as B, synth, versions  # noqa: E402
+from gpufleet.gates.evaluate import default_workers, gate_cohort, gate_folders  # noqa: E402
+from gpufleet.gates.isolation import isolate  # noqa: E402
+from gpufleet.gates.settings import GateSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = GateSettings(expected_by_os=versions.expectations_by_os(load_bom(ROOT / "images" / "bom.yaml")))

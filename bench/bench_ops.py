@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from click.testing import CliRunner  # noqa: E402
 
-from infra.cli import main  # noqa: E402
-from infra.ops import actions, server  # noqa: E402
-from infra.ops.webhook import Notification, decide  # noqa: E402
-from infra.pool.factory import pool_for  # noqa: E402
-from infra.pool.protocol import NodeState, PoolNode, PoolState  # noqa: E402
-from infra.project import find_project  # noqa: E402
-from infra.spec import load_stack_path  # noqa: E402
+from gpufleet.cli import main  # noqa: E402
+from gpufleet.ops import actions, server  # noqa: E402
+from gpufleet.ops.webhook import Notification, decide  # noqa: E402
+from gpufleet.pool.factory import pool_for  # noqa: E402
+from gpufleet.pool.protocol import NodeState, PoolNode, PoolState  # noqa: E402
+from gpufleet.project import find_project  # noqa: E402
+from gpufleet.spec import load_stack_path  # noqa: E402
 
 NODES = 1_250
 SHARE = 0.1

@@ -13,8 +13,8 @@ import argparse
 import time
 import tracemalloc
 
-from infra.plan import build_plan
-from infra.spec import ClusterSpec
+from gpufleet.plan import build_plan
+from gpufleet.spec import ClusterSpec
 
 SIZES = (1_000, 10_000, 100_000)
 

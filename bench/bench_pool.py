@@ -24,15 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
-from infra.gates.verdict import Action, CheckResult, Verdict  # noqa: E402
-from infra.plan import build_plan  # noqa: E402
-from infra.pool.protocol import NodeState, PendingNode  # noqa: E402
-from infra.pool.sim import SimPool  # noqa: E402
-from infra.pool.slurm.adapter import SlurmPool  # noqa: E402
-from infra.pool.slurm.conf import LocalFlavour, generate  # noqa: E402
-from infra.pool.slurm.local import LocalSlurm, slurm_version  # noqa: E402
-from infra.spec import load_stack  # noqa: E402
+from gpufleet.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
+from gpufleet.gates.verdict import Action, CheckResult, Verdict  # noqa: E402
+from gpufleet.plan import build_plan  # noqa: E402
+from gpufleet.pool.protocol import NodeState, PendingNode  # noqa: E402
+from gpufleet.pool.sim import SimPool  # noqa: E402
+from gpufleet.pool.slurm.adapter import SlurmPool  # noqa: E402
+from gpufleet.pool.slurm.conf import LocalFlavour, generate  # noqa: E402
+from gpufleet.pool.slurm.local import LocalSlurm, slurm_version  # noqa: E402
+from gpufleet.spec import load_stack  # noqa: E402
 
 GPUS = 10_000
 CHECK = CheckResult(check_id="nccl.intra_node", severity="Q", measured="480 GB/s", expected=">= 430 GB/s",

@@ -22,13 +22,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "pool")]
 
 from kubernetes_fake_api import FakeApiServer  # noqa: E402
 
-from infra.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
-from infra.gates.verdict import Action, CheckResult, Verdict  # noqa: E402
-from infra.pool.kubernetes.adapter import KubernetesPool  # noqa: E402
-from infra.pool.kubernetes.api import KubeApi  # noqa: E402
-from infra.pool.kubernetes.nodes import SLOT_LABEL  # noqa: E402
-from infra.pool.kubernetes.retry import RetryPolicy  # noqa: E402
-from infra.pool.protocol import NodeState, PendingNode  # noqa: E402
+from gpufleet.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
+from gpufleet.gates.verdict import Action, CheckResult, Verdict  # noqa: E402
+from gpufleet.pool.kubernetes.adapter import KubernetesPool  # noqa: E402
+from gpufleet.pool.kubernetes.api import KubeApi  # noqa: E402
+from gpufleet.pool.kubernetes.nodes import SLOT_LABEL  # noqa: E402
+from gpufleet.pool.kubernetes.retry import RetryPolicy  # noqa: E402
+from gpufleet.pool.protocol import NodeState, PendingNode  # noqa: E402
 
 CHECK = CheckResult(check_id="nccl.intra_node", severity="Q", measured="480 GB/s", expected=">= 430 GB/s",
                     verdict=Verdict.PASS, research_ref="gates-research.md (b)")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infra.cloud.capture import capture_program  # noqa: E402
-from infra.spec import load_stack  # noqa: E402
+from gpufleet.cloud.capture import capture_program  # noqa: E402
+from gpufleet.spec import load_stack  # noqa: E402
 
 ALL = 10**6
 

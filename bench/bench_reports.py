@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
-from infra.gates.verdict import Action, Verdict, check_result  # noqa: E402
-from infra.reports.document import (Distribution, DistributionGroup, Document, LineHistory, Section, Series,  # noqa: E402
+from gpufleet.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
+from gpufleet.gates.verdict import Action, Verdict, check_result  # noqa: E402
+from gpufleet.reports.document import (Distribution, DistributionGroup, Document, LineHistory, Section, Series,  # noqa: E402
                                     Span, Timeline, ValueCount)
-from infra.reports.gate_document import gate_document  # noqa: E402
-from infra.reports.write import FORMATS, render_all  # noqa: E402
+from gpufleet.reports.gate_document import gate_document  # noqa: E402
+from gpufleet.reports.write import FORMATS, render_all  # noqa: E402
 
 WHEN = datetime(2026, 7, 14, 12, 0, tzinfo=timezone.utc)
 CHECKS = [f"check.{i:02d}" for i in range(19)]

@@ -69,7 +69,7 @@ def one(project: Path, stack: str) -> None:
 
     from click.testing import CliRunner
 
-    from infra.cli import main
+    from gpufleet.cli import main
 
     t0 = time.perf_counter()
     result = CliRunner().invoke(main, ["--project", str(project), "rollout", "-s", stack])
@@ -83,8 +83,8 @@ def one(project: Path, stack: str) -> None:
 
 def capture(project: Path, stack: str) -> float:
     """Warm the simulator's program cache (the real Pulumi program under mocks) for this stack."""
-    code = ("import sys; from infra.project import load_project; from infra.spec import load_stack_path; "
-            "from infra.plan import plan_stack; from infra.sim.cloud import SimulatedCloud; "
+    code = ("import sys; from gpufleet.project import load_project; from gpufleet.spec import load_stack_path; "
+            "from gpufleet.plan import plan_stack; from gpufleet.sim.cloud import SimulatedCloud; "
             "p = load_project(__import__('pathlib').Path(sys.argv[1])); s = load_stack_path(p.stack_file(sys.argv[2])); "
             "SimulatedCloud.open(s, plan_stack(s), p, sys.argv[2])")
     t0 = time.perf_counter()

@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from click.testing import CliRunner  # noqa: E402
 
-from infra.bom import load_bom  # noqa: E402
-from infra.cli import main  # noqa: E402
-from infra.daytwo.context import open_day_two  # noqa: E402
-from infra.pool.command import free_units  # noqa: E402
-from infra.project import load_project  # noqa: E402
-from infra.upgrade.orchestrator import Upgrader  # noqa: E402
-from infra.upgrade.plan import limits  # noqa: E402
+from gpufleet.bom import load_bom  # noqa: E402
+from gpufleet.cli import main  # noqa: E402
+from gpufleet.daytwo.context import open_day_two  # noqa: E402
+from gpufleet.pool.command import free_units  # noqa: E402
+from gpufleet.project import load_project  # noqa: E402
+from gpufleet.upgrade.orchestrator import Upgrader  # noqa: E402
+from gpufleet.upgrade.plan import limits  # noqa: E402
 from tests.rollout.project import make_project  # noqa: E402
 
 

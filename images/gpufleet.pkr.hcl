@@ -1,5 +1,5 @@
 # The gpufleet node AMI: the base OS image plus site.yml's roles, applied with the same BOM
-# (as extravars) that configures live nodes. Build command: `infra.configure.image.packer_invocation`
+# (as extravars) that configures live nodes. Build command: `gpufleet.configure.image.packer_invocation`
 # (it also writes the extravars file this template reads).
 packer {
   required_plugins {
@@ -43,7 +43,7 @@ variable "bom_digest" {
 
 variable "extravars_file" {
   type        = string
-  description = "JSON extravars from the BOM (infra.configure.image.write_image_extravars)."
+  description = "JSON extravars from the BOM (gpufleet.configure.image.write_image_extravars)."
 }
 
 locals {

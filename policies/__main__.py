@@ -1,12 +1,12 @@
-"""The policy pack entry point: `pulumi preview --policy-pack policies`. Builds the pack only."""
+"""The policy pack entry point: `pulumi preview --policy-pack policies`. The rules live in `gpufleet.policies`."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the pack runs from policies/: find infra/
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "infra"  # this repository's gpufleet, installed or not
+if PACKAGE_ROOT.is_dir() and str(PACKAGE_ROOT) not in sys.path:
+    sys.path.insert(0, str(PACKAGE_ROOT))
 
-from pulumi_policy import PolicyPack  # noqa: E402
+from gpufleet.policies.pack import run_pack  # noqa: E402
 
-from policies.pack import policies  # noqa: E402
-
-PolicyPack(name="gpufleet", policies=policies())
+run_pack()

@@ -7,9 +7,9 @@ from typing import Callable
 
 import pytest
 
-from infra.cloud.capture import Capture
-from infra.cloud.snapshot import capture_for_snapshot
-from infra.spec import available_stacks
+from gpufleet.cloud.capture import Capture
+from gpufleet.cloud.snapshot import capture_for_snapshot
+from gpufleet.spec import available_stacks
 
 # the rolled-out day-two fleet, shared by tests/daytwo, tests/patrol and tests/upgrade
 pytest_plugins = ["tests.daytwo.fleet"]

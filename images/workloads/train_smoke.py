@@ -4,7 +4,7 @@
 It writes a small dataset to the shared file system (rank 0, atomically), reads it back on
 every rank with a DataLoader, trains a small model for a fixed number of steps with gradients
 averaged by an explicit all-reduce (timed on its own), then gathers a checksum of every rank's
-parameters and prints ONE JSON line (rank 0) that infra/gates/parsers/train.py reads:
+parameters and prints ONE JSON line (rank 0) that infra/gpufleet/gates/parsers/train.py reads:
   {"gpufleet_smoke": 1, "world_size", "backend", "steps", "loss": [per step], "samples_per_second",
    "allreduce_ms": [per step], "data_loading_share", "ranks_agree", "checksums": [per rank], "hosts"}
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from infra import catalog
-from infra.gates.bundle import Bundle, Manifest
-from infra.plan.model import StoragePlan
-from infra.plan.storage import plan_storage
-from infra.spec import StorageConfig
+from gpufleet import catalog
+from gpufleet.gates.bundle import Bundle, Manifest
+from gpufleet.plan.model import StoragePlan
+from gpufleet.plan.storage import plan_storage
+from gpufleet.spec import StorageConfig
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 P5 = catalog.get("p5.48xlarge")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from infra.gates import acceptance as A
-from infra.gates.verdict import Verdict
-from infra.plan.storage import MB, TIB
-from infra.spec import AcceptanceConfig
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.verdict import Verdict
+from gpufleet.plan.storage import MB, TIB
+from gpufleet.spec import AcceptanceConfig
 from tests.acceptance.helpers import P5, bundle, fio_doc, real, storage
 
 CFG = AcceptanceConfig(storage_clients=4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.errors import ConfigError
-from infra.spec import ClusterSpec, load_stack
+from gpufleet.errors import ConfigError
+from gpufleet.spec import ClusterSpec, load_stack
 
 DIGEST = "sha256:" + "0f" * 32
 

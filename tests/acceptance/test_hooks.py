@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from infra import catalog
-from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
-from infra.rollout.state import BatchStage
-from infra.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
+from gpufleet import catalog
+from gpufleet.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
+from gpufleet.rollout.state import BatchStage
+from gpufleet.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 
@@ -63,9 +63,9 @@ def test_a_diverging_rank_halts_after_the_canary(tmp_path):
 
 
 def test_stack_hooks_on_a_simulated_stack_only(tmp_path):
-    from infra.plan import build_plan
-    from infra.rollout.acceptance import stack_hooks
-    from infra.spec import load_stack
+    from gpufleet.plan import build_plan
+    from gpufleet.rollout.acceptance import stack_hooks
+    from gpufleet.spec import load_stack
 
     spec = load_stack("local")
     hooks = stack_hooks(spec, build_plan(spec), tmp_path)

@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.bom import load_bom
-from infra.errors import ConfigError
-from infra.gates import bundle as B, synth
-from infra.gates.bundle import Bundle, FileRecord, Manifest
-from infra.gates.checks import NodeEvidence, check_workload_image
-from infra.gates.evaluate import check_node
-from infra.gates.image import image_runtime
-from infra.gates.parsers.images import normalise, parse_image_list, split_reference
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Verdict
-from infra.sim.faults import EFFECTS, check_image_faults, place_faults
-from infra.sim.render import NodeLook, render_files
-from infra.plan import build_plan
-from infra.spec import load_stack_path
+from gpufleet.bom import load_bom
+from gpufleet.errors import ConfigError
+from gpufleet.gates import bundle as B, synth
+from gpufleet.gates.bundle import Bundle, FileRecord, Manifest
+from gpufleet.gates.checks import NodeEvidence, check_workload_image
+from gpufleet.gates.evaluate import check_node
+from gpufleet.gates.image import image_runtime
+from gpufleet.gates.parsers.images import normalise, parse_image_list, split_reference
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Verdict
+from gpufleet.sim.faults import EFFECTS, check_image_faults, place_faults
+from gpufleet.sim.render import NodeLook, render_files
+from gpufleet.plan import build_plan
+from gpufleet.spec import load_stack_path
 
 from tests.rollout.e2e import journal_state, rollout
 from tests.rollout.project import make_project
@@ -226,7 +226,7 @@ def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(t
 def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
     from click.testing import CliRunner
 
-    from infra.cli import main
+    from gpufleet.cli import main
 
     d = tmp_path / "bundles"
     for slot, present in (("has", True), ("lacks", False)):
@@ -255,10 +255,10 @@ def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
 
 
 def test_the_stack_executor_hands_the_image_to_configure_and_preflight():
-    from infra.configure.executor import stack_executor
-    from infra.configure.inventory import SshConnection
-    from infra.project import find_project
-    from infra.spec import load_stack
+    from gpufleet.configure.executor import stack_executor
+    from gpufleet.configure.inventory import SshConnection
+    from gpufleet.project import find_project
+    from gpufleet.spec import load_stack
 
     project = find_project(REPO)
     spec = load_stack("dev", project.stacks_dir)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.gates import bundle as B
-from infra.gates.bundle import Bundle, FileRecord, Manifest, read_bundle, write_bundle
-from infra.gates.checks import NodeEvidence, check_workload_image
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Verdict
+from gpufleet.gates import bundle as B
+from gpufleet.gates.bundle import Bundle, FileRecord, Manifest, read_bundle, write_bundle
+from gpufleet.gates.checks import NodeEvidence, check_workload_image
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infra.gates.parsers import fabtests, fio, iperf3, ping, train
+from gpufleet.gates.parsers import fabtests, fio, iperf3, ping, train
 from tests.acceptance.helpers import real
 
 

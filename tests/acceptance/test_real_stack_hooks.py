@@ -14,17 +14,17 @@ from typing import Sequence
 
 import pytest
 
-from infra import catalog
-from infra.plan.model import StoragePlan
-from infra.pool.protocol import LaunchResult
-from infra.rollout.acceptance import (AcceptanceHooks, AcceptanceRunner, LauncherSmokeCollector, PoolLauncher,
+from gpufleet import catalog
+from gpufleet.plan.model import StoragePlan
+from gpufleet.pool.protocol import LaunchResult
+from gpufleet.rollout.acceptance import (AcceptanceHooks, AcceptanceRunner, LauncherSmokeCollector, PoolLauncher,
                                       StageCollectors, stack_hooks)
-from infra.rollout.acceptance_collect import PlaybookAcceptanceCollector
-from infra.rollout.orchestrator import Adapters
-from infra.rollout.ports import StageResult
-from infra.rollout.state import BatchStage
-from infra.rollout.wiring import Wiring, acceptance_collector
-from infra.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
+from gpufleet.rollout.acceptance_collect import PlaybookAcceptanceCollector
+from gpufleet.rollout.orchestrator import Adapters
+from gpufleet.rollout.ports import StageResult
+from gpufleet.rollout.state import BatchStage
+from gpufleet.rollout.wiring import Wiring, acceptance_collector
+from gpufleet.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 
@@ -179,7 +179,7 @@ def real_wiring(kind: str) -> Wiring:
 
 
 def test_stack_hooks_on_a_real_stack_take_the_playbook_and_the_launcher_collectors(tmp_path):
-    from infra.plan import build_plan
+    from gpufleet.plan import build_plan
 
     plan = build_plan(SPEC)
     assert not SPEC.simulated and stack_hooks(SPEC, plan, tmp_path) is None  # nothing to run on without wiring
@@ -207,7 +207,7 @@ def test_stack_hooks_on_a_real_stack_take_the_playbook_and_the_launcher_collecto
 
 
 def test_configured_smoke_paths_and_a_pool_without_the_smoke_launch(tmp_path):
-    from infra.plan import build_plan
+    from gpufleet.plan import build_plan
 
     spec = SPEC.model_copy(update={"acceptance": SPEC.acceptance.model_copy(update={
         "smoke_python": "/opt/conda/bin/python", "smoke_script": "/shared/jobs/train_smoke.py"})})

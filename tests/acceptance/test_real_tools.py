@@ -14,10 +14,10 @@ from typing import Iterator
 
 import pytest
 
-from infra.gates import acceptance as A
-from infra.gates.verdict import Verdict
-from infra.plan.storage import MB, TIB
-from infra.spec import AcceptanceConfig
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.verdict import Verdict
+from gpufleet.plan.storage import MB, TIB
+from gpufleet.spec import AcceptanceConfig
 from tests.acceptance.helpers import P5, bundle, storage
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 
-from infra.plan import build_plan
-from infra.rollout.acceptance import AcceptanceRunner, sample_pairs
-from infra.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
-from infra.spec import load_stack
-from infra import catalog
+from gpufleet.plan import build_plan
+from gpufleet.rollout.acceptance import AcceptanceRunner, sample_pairs
+from gpufleet.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
+from gpufleet.spec import load_stack
+from gpufleet import catalog
 
 
 def _runner(tmp_path: Path, faults: AcceptanceFaults = AcceptanceFaults(), collector=None) -> AcceptanceRunner:

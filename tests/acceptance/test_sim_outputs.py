@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from infra.gates import acceptance as A
-from infra.gates.verdict import Verdict
-from infra.sim import acceptance as S
-from infra.spec import AcceptanceConfig
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.verdict import Verdict
+from gpufleet.sim import acceptance as S
+from gpufleet.spec import AcceptanceConfig
 from tests.acceptance.helpers import P5, bundle, real, storage
 
 CFG = AcceptanceConfig()

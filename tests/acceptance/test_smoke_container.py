@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
-from infra.findings import Level
-from infra.gates import acceptance as A
-from infra.gates.image import ENROOT_DIR, enroot_squashfs
-from infra.plan import build_plan
-from infra.rollout.acceptance import smoke_paths, stack_hooks
-from infra.spec import ClusterSpec
+from gpufleet.findings import Level
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.image import ENROOT_DIR, enroot_squashfs
+from gpufleet.plan import build_plan
+from gpufleet.rollout.acceptance import smoke_paths, stack_hooks
+from gpufleet.spec import ClusterSpec
 from tests.acceptance.test_real_stack_hooks import SPEC, real_wiring
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from infra import catalog
-from infra.gates import acceptance as A
-from infra.gates.bundle import read_bundle
-from infra.gates.verdict import Verdict
-from infra.plan import build_plan
-from infra.pool.kubernetes.adapter import KubernetesPool
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.job_runner import IndexedJobRunner
-from infra.pool.kubernetes.smoke_job import SCRIPT_DIR, SCRIPT_NAME, script_configmap_name
-from infra.pool.protocol import PendingNode
-from infra.rollout.acceptance import stack_hooks
-from infra.rollout.kubernetes_smoke import NO_IMAGE, KubernetesSmokeCollector, project_script
-from infra.rollout.orchestrator import Adapters
-from infra.rollout.wiring import Wiring
-from infra.spec import ClusterSpec
+from gpufleet import catalog
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.bundle import read_bundle
+from gpufleet.gates.verdict import Verdict
+from gpufleet.plan import build_plan
+from gpufleet.pool.kubernetes.adapter import KubernetesPool
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.job_runner import IndexedJobRunner
+from gpufleet.pool.kubernetes.smoke_job import SCRIPT_DIR, SCRIPT_NAME, script_configmap_name
+from gpufleet.pool.protocol import PendingNode
+from gpufleet.rollout.acceptance import stack_hooks
+from gpufleet.rollout.kubernetes_smoke import NO_IMAGE, KubernetesSmokeCollector, project_script
+from gpufleet.rollout.orchestrator import Adapters
+from gpufleet.rollout.wiring import Wiring
+from gpufleet.spec import ClusterSpec
 from tests.acceptance.test_smoke_slurm import ensure_torch, free_port
 from tests.pool.kubernetes_fake_api import FakeApiServer
 from tests.pool.kubernetes_fake_jobs import FakeJobsKube, run_pods
@@ -183,8 +183,8 @@ def test_a_kubernetes_stack_without_a_workload_image_journals_the_smoke_stage_no
 
 
 def test_the_script_comes_from_the_project_and_a_missing_one_names_its_path(tmp_path):
-    from infra.errors import ConfigError
-    from infra.project import load_project
+    from gpufleet.errors import ConfigError
+    from gpufleet.project import load_project
 
     assert project_script(load_project(ROOT)) == (ROOT / A.SMOKE_SCRIPT).read_text(encoding="utf-8")
     (tmp_path / "Pulumi.yaml").write_text("name: empty\nruntime: python\n", encoding="utf-8")

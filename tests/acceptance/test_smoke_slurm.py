@@ -13,15 +13,15 @@ from typing import Iterator
 
 import pytest
 
-from infra import catalog
-from infra.gates import acceptance as A
-from infra.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
-from infra.gates.verdict import Verdict
-from infra.plan import build_plan
-from infra.pool.slurm.adapter import SlurmLauncher
-from infra.pool.slurm.local import LocalSlurm
-from infra.rollout.acceptance import AcceptanceRunner, LauncherSmokeCollector
-from infra.spec import AcceptanceConfig
+from gpufleet import catalog
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
+from gpufleet.gates.verdict import Verdict
+from gpufleet.plan import build_plan
+from gpufleet.pool.slurm.adapter import SlurmLauncher
+from gpufleet.pool.slurm.local import LocalSlurm
+from gpufleet.rollout.acceptance import AcceptanceRunner, LauncherSmokeCollector
+from gpufleet.spec import AcceptanceConfig
 from tests.pool.conftest import ensure_slurm, small_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.requires_root]

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from infra import catalog
-from infra.gates.admission import AdmissionRecord
-from infra.reports import rollout as report
-from infra.reports.render import html, junit, markdown
-from infra.reports.rollout_document import rollout_document
-from infra.rollout import state as st
-from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner, sample_pairs
-from infra.rollout.display import PlainDisplay, key_figures
-from infra.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
-from infra.spec import ClusterSpec
+from gpufleet import catalog
+from gpufleet.gates.admission import AdmissionRecord
+from gpufleet.reports import rollout as report
+from gpufleet.reports.render import html, junit, markdown
+from gpufleet.reports.rollout_document import rollout_document
+from gpufleet.rollout import state as st
+from gpufleet.rollout.acceptance import AcceptanceHooks, AcceptanceRunner, sample_pairs
+from gpufleet.rollout.display import PlainDisplay, key_figures
+from gpufleet.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector
+from gpufleet.spec import ClusterSpec
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator
 
@@ -302,7 +302,7 @@ def test_outcome_files_of_this_rollout_are_adopted_once_and_older_ones_ignored(t
 def test_the_terminal_table_shows_each_stage_under_its_status(tmp_path):
     from rich.console import Console
 
-    from infra.rollout.display import RichDisplay
+    from gpufleet.rollout.display import RichDisplay
 
     check = {"check_id": "net.tcp[a--b]", "severity": "Q", "measured": "1.5 Gbit/s", "expected": ">= 50 Gbit/s",
              "verdict": "QUARANTINE", "reason_code": "mgmt-tcp-slow", "message": "TCP [a--b] 1.5 Gbit/s is under 50",
@@ -329,8 +329,8 @@ def test_the_terminal_table_shows_each_stage_under_its_status(tmp_path):
 
 
 def test_a_note_is_a_line_on_the_plain_display_and_printed_above_the_rich_table():
-    from infra.plan import build_plan
-    from infra.rollout.display import RichDisplay
+    from gpufleet.plan import build_plan
+    from gpufleet.rollout.display import RichDisplay
 
     plain = io.StringIO()
     PlainDisplay(build_plan(SPEC), lambda: 75.0, plain).note("acceptance storage: configuring the clients")

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from infra import catalog
-from infra.gates import acceptance as A
-from infra.plan import build_plan
-from infra.rollout import journal as journal_mod
-from infra.sim import acceptance as S
-from infra.spec import load_stack
+from gpufleet import catalog
+from gpufleet.gates import acceptance as A
+from gpufleet.plan import build_plan
+from gpufleet.rollout import journal as journal_mod
+from gpufleet.sim import acceptance as S
+from gpufleet.spec import load_stack
 from tests.acceptance.helpers import bundle
 from tests.rollout.e2e import journal_state, rollout, snapshot
 from tests.rollout.project import make_project, seed_program_cache
@@ -35,7 +35,7 @@ STAGES = ["storage", "network", "smoke"]
 
 
 def _cli(project: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "infra.cli", "--project", str(project), "rollout", "-s", STACK,
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli", "--project", str(project), "rollout", "-s", STACK,
                            *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
 
 

@@ -12,16 +12,16 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from infra import catalog
-from infra.reports import rollout as report
-from infra.reports.render import junit, markdown
-from infra.reports.rollout_document import ACCEPTANCE_LANE, rollout_document, timeline_spans
-from infra.rollout import state as st
-from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner, sample_pairs
-from infra.rollout.command import _retry, _summary
-from infra.rollout.display import PlainDisplay
-from infra.rollout.timeline import BatchTimes, StackStages, rollout_timeline, timeline
-from infra.sim.acceptance import SimAcceptanceCollector
+from gpufleet import catalog
+from gpufleet.reports import rollout as report
+from gpufleet.reports.render import junit, markdown
+from gpufleet.reports.rollout_document import ACCEPTANCE_LANE, rollout_document, timeline_spans
+from gpufleet.rollout import state as st
+from gpufleet.rollout.acceptance import AcceptanceHooks, AcceptanceRunner, sample_pairs
+from gpufleet.rollout.command import _retry, _summary
+from gpufleet.rollout.display import PlainDisplay
+from gpufleet.rollout.timeline import BatchTimes, StackStages, rollout_timeline, timeline
+from gpufleet.sim.acceptance import SimAcceptanceCollector
 from tests.rollout.fakes import T0, FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 

@@ -13,12 +13,12 @@ from typing import Mapping
 
 import pytest
 
-from infra import catalog
-from infra.errors import ProvisioningError
-from infra.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
-from infra.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
-from infra.rollout.storage_base import PLAYBOOK, StorageClientsBase, storage_client_extravars
-from infra.sim.acceptance import AcceptanceFaults
+from gpufleet import catalog
+from gpufleet.errors import ProvisioningError
+from gpufleet.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
+from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.rollout.storage_base import PLAYBOOK, StorageClientsBase, storage_client_extravars
+from gpufleet.sim.acceptance import AcceptanceFaults
 from tests.acceptance.test_real_stack_hooks import Call, Crash, Recording
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
@@ -166,10 +166,10 @@ def test_no_file_system_to_mount_is_refused():
 
 
 def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
-    from infra.plan import build_plan
-    from infra.rollout.acceptance import stack_hooks
-    from infra.rollout.orchestrator import Adapters
-    from infra.rollout.wiring import Wiring
+    from gpufleet.plan import build_plan
+    from gpufleet.rollout.acceptance import stack_hooks
+    from gpufleet.rollout.orchestrator import Adapters
+    from gpufleet.rollout.wiring import Wiring
 
     cloud = FakeCloud()
     clients = Clients(cloud)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.cloud import capture as capture_module
-from infra.cloud.capture import Capture, capture_program
-from infra.rollout.backends import DynamoLock, S3JournalStore
-from infra.rollout.lock import LockInfo
-from infra.spec import available_stacks, load_stack
-from infra.tagging import STACK as STACK_TAG
+from gpufleet.cloud import capture as capture_module
+from gpufleet.cloud.capture import Capture, capture_program
+from gpufleet.rollout.backends import DynamoLock, S3JournalStore
+from gpufleet.rollout.lock import LockInfo
+from gpufleet.spec import available_stacks, load_stack
+from gpufleet.tagging import STACK as STACK_TAG
 from tests.ci.aws_permissions import (
     PULUMI_INVOKE_ACTIONS,
     PULUMI_TYPE_ACTIONS,
@@ -105,11 +105,11 @@ def test_the_stack_tag_cannot_be_removed(policy: Policy) -> None:
 def test_the_scan_finds_the_known_boto3_calls() -> None:
     """The scanner itself: calls made directly, through a helper with a bound method, and by name."""
     found = {(c.file, a) for c in boto3_calls(ROOT / "infra") for a in c.actions}
-    assert ("infra/validate_cloud.py", "servicequotas:GetAWSDefaultServiceQuota") in found  # bound method
-    assert ("infra/validate_cloud.py", "ec2:DescribeInstanceTypes") in found
-    assert ("infra/rollout/pulumi_provisioner.py", "ec2:TerminateInstances") in found  # a direct call
-    assert ("infra/rollout/backends.py", "s3:ListBucket") in found  # get_paginator("list_objects_v2")
-    assert ("infra/rollout/backends.py", "dynamodb:PutItem") in found
+    assert ("infra/gpufleet/validate_cloud.py", "servicequotas:GetAWSDefaultServiceQuota") in found  # bound method
+    assert ("infra/gpufleet/validate_cloud.py", "ec2:DescribeInstanceTypes") in found
+    assert ("infra/gpufleet/rollout/pulumi_provisioner.py", "ec2:TerminateInstances") in found  # a direct call
+    assert ("infra/gpufleet/rollout/backends.py", "s3:ListBucket") in found  # get_paginator("list_objects_v2")
+    assert ("infra/gpufleet/rollout/backends.py", "dynamodb:PutItem") in found
 
 
 def test_the_scan_on_every_way_code_names_an_operation(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_the_scan_on_every_way_code_names_an_operation(tmp_path: Path) -> None:
     found = {(c.file, a) for c in boto3_calls(pkg) for a in c.actions}
     # describe_volumes is an operation of both services the file uses: counted for each (the scan
     # cannot tell clients apart, so it asks for more, never less); sts needs no permission
-    assert found == {("infra/uses_boto.py", a) for a in (
+    assert found == {("infra/gpufleet/uses_boto.py", a) for a in (
         "ec2:DescribeInstances", "fsx:DescribeFileSystems", "ec2:DescribeVolumes", "fsx:DescribeVolumes",
         "s3:ListBucket")}
 

@@ -228,7 +228,7 @@ def test_one_rollout_per_stack_at_a_time(rollout, nightly) -> None:
 
 
 def test_the_prod_stack_keeps_its_journal_in_s3() -> None:
-    from infra.spec import load_stack
+    from gpufleet.spec import load_stack
 
     backend = load_stack("prod").rollout.state_backend
     assert backend.type == "s3" and backend.bucket and backend.lock_table
@@ -286,7 +286,7 @@ def test_workflows_default_to_read_only_tokens() -> None:
 
 
 def test_every_stack_the_pipeline_names_has_a_stack_file(rollout, nightly) -> None:
-    from infra.spec import available_stacks
+    from gpufleet.spec import available_stacks
 
     named = {row["stack"] for row in rollout["jobs"]["check"]["strategy"]["matrix"]["include"]}
     named |= {row["stack"] for row in nightly["jobs"]["drift"]["strategy"]["matrix"]["include"]}

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import configure_host
-from infra import catalog
-from infra.bom import Bom
-from infra.configure.extravars import LustreMount, configure_extravars
+from gpufleet import catalog
+from gpufleet.bom import Bom
+from gpufleet.configure.extravars import LustreMount, configure_extravars
 
 FIXTURES = configure_host.FIXTURES
 REPO_IN_ROOT = "srv/gpufleet-repo"

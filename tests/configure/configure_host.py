@@ -158,7 +158,7 @@ def converge(conf: Any, nodes: list, extravars: dict, root: Path, snapshot: Call
     """The three runs every role test makes: --check --diff, the real run, and a second run.
 
     `check_touched` says whether the check run changed what `snapshot` looks at."""
-    from infra.configure.inventory import ChrootConnection
+    from gpufleet.configure.inventory import ChrootConnection
 
     before = snapshot(root)
     check = conf.run(nodes, ChrootConnection(), extravars, check=True, run_id="check")

@@ -19,7 +19,7 @@ def base_rootfs() -> Path:
 
 @pytest.fixture(scope="session")
 def collections_dir() -> Path:
-    from infra.configure.collections import ensure_collections
+    from gpufleet.configure.collections import ensure_collections
     return ensure_collections()
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from configure_host import BASE_STAMP, CACHE, FIXTURES, apt_get, chroot, ensure_system_packages
 from configure_host import efa_installer_tarball as efa_tarball
 
-from infra.bom import Bom
+from gpufleet.bom import Bom
 
 RPM_FIXTURES = FIXTURES / "rpm"
 REPO_IN_ROOT = "srv/gpufleet-rpm"

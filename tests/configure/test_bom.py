@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.bom import COMPONENT_KEYS, bom_findings, load_bom, version_lt
-from infra.errors import ConfigError
-from infra.findings import Level
-from infra.project import find_project
-from infra.spec import ImageConfig, load_stack
+from gpufleet.bom import COMPONENT_KEYS, bom_findings, load_bom, version_lt
+from gpufleet.errors import ConfigError
+from gpufleet.findings import Level
+from gpufleet.project import find_project
+from gpufleet.spec import ImageConfig, load_stack
 
 
 def _write(tmp_path: Path, raw: dict, name: str = "bom.yaml") -> Path:

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from infra.bom import Bom, check_compatibility, load_bom, load_compat
+from gpufleet.bom import Bom, check_compatibility, load_bom, load_compat
 
 RULES = load_compat()
 BASE = load_bom().model_dump(by_alias=True)

@@ -12,16 +12,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra import catalog
-from infra.bom import load_bom
-from infra.configure import collections as colls
-from infra.configure.extravars import check_no_secrets, configure_extravars
-from infra.configure.image import packer_invocation, packer_template, write_image_extravars
-from infra.configure.inventory import ChrootConnection, Node, SshConnection, SsmConnection, build_inventory
-from infra.configure.runner import AnsibleConfigurator, Verdict
-from infra.errors import ConfigError, ExternalCommandFailed
-from infra.project import find_project
-from infra.spec import load_stack
+from gpufleet import catalog
+from gpufleet.bom import load_bom
+from gpufleet.configure import collections as colls
+from gpufleet.configure.extravars import check_no_secrets, configure_extravars
+from gpufleet.configure.image import packer_invocation, packer_template, write_image_extravars
+from gpufleet.configure.inventory import ChrootConnection, Node, SshConnection, SsmConnection, build_inventory
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict
+from gpufleet.errors import ConfigError, ExternalCommandFailed
+from gpufleet.project import find_project
+from gpufleet.spec import load_stack
 
 NODES = [Node("b0-n000", "10.0.0.10", "i-0aaa", groups=("slurm",)), Node("b0-n001", "10.0.0.11", "i-0bbb")]
 

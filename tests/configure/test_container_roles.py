@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.bom import load_bom
+from gpufleet.bom import load_bom
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -21,14 +21,14 @@ import yaml
 from configure_host import PROJECT_ROOT, ensure_system_packages, require_root
 from netns_lab import NetnsLab
 from node_stubs import dispatch, install_outputs, install_tool
-from infra.configure.executor import AnsibleExecutor, stack_executor
-from infra.configure.inventory import SshConnection, SsmConnection
-from infra.configure.runner import AnsibleConfigurator
-from infra.errors import ConfigError
-from infra.gates import synth
-from infra.project import find_project
-from infra.rollout.ports import HostStatus, Instance
-from infra.spec import load_stack
+from gpufleet.configure.executor import AnsibleExecutor, stack_executor
+from gpufleet.configure.inventory import SshConnection, SsmConnection
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.errors import ConfigError
+from gpufleet.gates import synth
+from gpufleet.project import find_project
+from gpufleet.rollout.ports import HostStatus, Instance
+from gpufleet.spec import load_stack
 
 PLAYBOOKS = PROJECT_ROOT / "playbooks"
 HOSTS = ("n1", "n2", "n3")

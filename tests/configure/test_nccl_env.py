@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from infra.bom import load_bom
-from infra.configure.nccl_env import derive_nccl_env, nccl_env_for
+from gpufleet.bom import load_bom
+from gpufleet.configure.nccl_env import derive_nccl_env, nccl_env_for
 
 
 def test_current_stack_sets_only_what_is_still_needed():

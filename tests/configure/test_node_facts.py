@@ -16,9 +16,9 @@ import pytest
 from apt_fixture_repo import Pkg, build_deb
 from configure_host import PROJECT_ROOT, Overlay, chroot
 from node_stubs import install_tool
-from infra.bom import load_bom
-from infra.configure.inventory import ChrootConnection, Node
-from infra.configure.runner import AnsibleConfigurator, Verdict
+from gpufleet.bom import load_bom
+from gpufleet.configure.inventory import ChrootConnection, Node
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 

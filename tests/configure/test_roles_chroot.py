@@ -15,10 +15,10 @@ import pytest
 
 from apt_fixture_repo import FSX, install_into, local_site_vars
 from configure_host import Overlay, chroot, converge
-from infra.bom import load_bom
-from infra.configure.inventory import Node
-from infra.configure.nccl_env import nccl_env_for
-from infra.configure.runner import AnsibleConfigurator, Verdict
+from gpufleet.bom import load_bom
+from gpufleet.configure.inventory import Node
+from gpufleet.configure.nccl_env import nccl_env_for
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 

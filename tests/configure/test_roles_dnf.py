@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from configure_host import Overlay, chroot, converge, require_root
-from infra import catalog
-from infra.bom import load_bom
-from infra.configure.extravars import LustreMount, configure_extravars
-from infra.configure.inventory import Node
-from infra.configure.nccl_env import nccl_env_for
-from infra.configure.runner import AnsibleConfigurator, Verdict
+from gpufleet import catalog
+from gpufleet.bom import load_bom
+from gpufleet.configure.extravars import LustreMount, configure_extravars
+from gpufleet.configure.inventory import Node
+from gpufleet.configure.nccl_env import nccl_env_for
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict
 from rpm_fixture_repo import REPO_IN_ROOT, install_into
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]

@@ -16,8 +16,8 @@ import pytest
 
 from configure_host import ensure_system_packages, require_root
 from netns_lab import NetnsLab, sweep_stale
-from infra.configure.inventory import Node, SshConnection
-from infra.configure.runner import AnsibleConfigurator, Verdict
+from gpufleet.configure.inventory import Node, SshConnection
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """playbooks/storage_clients.yml for real, in check mode on this machine as a storage client: the
-extravars the rollout builds (`infra.rollout.wiring.storage_client_vars` from the stack's outputs
+extravars the rollout builds (`gpufleet.rollout.wiring.storage_client_vars` from the stack's outputs
 and the BOM's Lustre pin) make it report the stack's FSx mount (mount point, fstab line) and fio,
 and it writes nothing. The Lustre packages come from AWS's repository on real clients only; here
 the role gets an apt source it never reads (check mode skips the install) and no key download."""
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.project import find_project
-from infra.rollout.wiring import storage_client_vars
-from infra.spec import load_stack
+from gpufleet.project import find_project
+from gpufleet.rollout.wiring import storage_client_vars
+from gpufleet.spec import load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from infra.cli import main
-from infra.durable import write_atomic
+from gpufleet.cli import main
+from gpufleet.durable import write_atomic
 from tests.rollout.project import make_project
 
 STACK = "crash40"

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from infra.daytwo import actor, lifecycle
-from infra.daytwo.context import open_day_two
-from infra.gates.admission import AdmissionRecord
-from infra.pool.protocol import record_digest
-from infra.project import load_project
+from gpufleet.daytwo import actor, lifecycle
+from gpufleet.daytwo.context import open_day_two
+from gpufleet.gates.admission import AdmissionRecord
+from gpufleet.pool.protocol import record_digest
+from gpufleet.project import load_project
 from tests.daytwo.fleet import STACK, admitted, daytwo_events, gpufleet, ledger, pool_doc, state_dir
 
 

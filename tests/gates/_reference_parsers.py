@@ -1,6 +1,6 @@
 """The parsers as first written (regex per line), kept as the reference the fast paths must match.
 
-Frozen copy of infra/gates/parsers (efa.parse_fi_info, efa.parse_lspci, nvidia_smi.parse_nvlink_status,
+Frozen copy of infra/gpufleet/gates/parsers (efa.parse_fi_info, efa.parse_lspci, nvidia_smi.parse_nvlink_status,
 common.strip_unit/to_float) at commit f78dbf0; nvidia_smi.parse_query_csv, common.to_int/yes_no and
 dcgm.parse_json and checks._from_csv as at commit 7972714 (before the QueryTable path; the CSV reader in its per-cell
 form); used only by test_parsers_fast.py.
@@ -11,10 +11,10 @@ from __future__ import annotations
 import csv
 import re
 
-from infra.gates.parsers.common import ERROR_SENTINELS, NA_SENTINELS
-from infra.gates.parsers.dcgm import DcgmDiag, DcgmResult, DcgmWarning, severity
-from infra.gates.parsers.efa import FiInfo, Lspci
-from infra.gates.parsers.nvidia_smi import NvlinkGpu, NvlinkStatus, QueryCsv
+from gpufleet.gates.parsers.common import ERROR_SENTINELS, NA_SENTINELS
+from gpufleet.gates.parsers.dcgm import DcgmDiag, DcgmResult, DcgmWarning, severity
+from gpufleet.gates.parsers.efa import FiInfo, Lspci
+from gpufleet.gates.parsers.nvidia_smi import NvlinkGpu, NvlinkStatus, QueryCsv
 
 _NUM_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+(?:\([a-z]+\))?)$")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.gates import bundle as B, synth
+from gpufleet.gates import bundle as B, synth
 
 
 def test_read_bundle_matches_text_mode_reads(tmp_path):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra.gates import bundle as B, checks, synth
-from infra.gates.evaluate import gate_cohort
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Action, CheckResult, Verdict, is_taint_value, node_outcome
+from gpufleet.gates import bundle as B, checks, synth
+from gpufleet.gates.evaluate import gate_cohort
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Action, CheckResult, Verdict, is_taint_value, node_outcome
 
 from .conftest import OWN
 
@@ -111,8 +111,8 @@ def test_busbw_floor_uses_large_rows_not_the_average():
 
 
 def test_baseline_on_the_real_2x_p5_table(real):
-    from infra.gates import baseline
-    from infra.gates.parsers import nccl_tests
+    from gpufleet.gates import baseline
+    from gpufleet.gates.parsers import nccl_tests
 
     perf = nccl_tests.parse_text(real("nccl_all_reduce_perf__2x_p5__aws_readme.txt"))
     assert baseline.large_message_busbw(perf) == 487.09

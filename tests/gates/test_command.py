@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from infra.bom import load_bom
-from infra.cli import main
-from infra.gates import bundle as B, synth, versions
-from infra.gates.admission import AdmissionRecord
+from gpufleet.bom import load_bom
+from gpufleet.cli import main
+from gpufleet.gates import bundle as B, synth, versions
+from gpufleet.gates.admission import AdmissionRecord
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,12 +13,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.gates import baseline, bundle as B, checks, synth
-from infra.gates.bundle import Bundle
-from infra.gates.parsers import nccl_debug
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Verdict
+from gpufleet.cli import main
+from gpufleet.gates import baseline, bundle as B, checks, synth
+from gpufleet.gates.bundle import Bundle
+from gpufleet.gates.parsers import nccl_debug
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Verdict
 
 P, R, Q = Verdict.PASS, Verdict.REMEDIATE, Verdict.QUARANTINE
 EMPTY = "libfabric:53869:1772632639::core: core: fi_getinfo_():1391<warn> fi_getinfo: provider efa output empty list"

@@ -7,9 +7,9 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from infra import catalog
-from infra.gates import launch
-from infra.gates.isolation import arrange_ring, isolate, ring_avoids, ring_edges
+from gpufleet import catalog
+from gpufleet.gates import launch
+from gpufleet.gates.isolation import arrange_ring, isolate, ring_avoids, ring_edges
 
 FLOOR = 330.0
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from infra.gates import bundle as B, synth
-from infra.gates.admission import (MULTINODE_CHECK, AdmissionRecord, BatchNetworkResult, apply_isolation,
+from gpufleet.gates import bundle as B, synth
+from gpufleet.gates.admission import (MULTINODE_CHECK, AdmissionRecord, BatchNetworkResult, apply_isolation,
                                    with_multinode)
-from infra.gates.evaluate import gate_cohort
-from infra.gates.isolation import isolate, node_isolation
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Action, Verdict
+from gpufleet.gates.evaluate import gate_cohort
+from gpufleet.gates.isolation import isolate, node_isolation
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Action, Verdict
 
 FLOOR = 330.0
 SETTINGS = GateSettings(expected_versions=synth.DEFAULT_VERSIONS)

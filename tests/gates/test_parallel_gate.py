@@ -8,11 +8,11 @@ from datetime import datetime, timezone
 
 from click.testing import CliRunner
 
-from infra.bom import load_bom
-from infra.cli import main
-from infra.gates import bundle as B, synth, versions
-from infra.gates.evaluate import PARALLEL_MIN_NODES, gate_cohort, gate_folders
-from infra.gates.settings import GateSettings
+from gpufleet.bom import load_bom
+from gpufleet.cli import main
+from gpufleet.gates import bundle as B, synth, versions
+from gpufleet.gates.evaluate import PARALLEL_MIN_NODES, gate_cohort, gate_folders
+from gpufleet.gates.settings import GateSettings
 
 from .conftest import REPO
 

@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
-from infra.gates.parsers.dcgm import DcgmSeverity
+from gpufleet.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi, system
+from gpufleet.gates.parsers.dcgm import DcgmSeverity
 
 from .conftest import OWN, REAL
 
@@ -51,7 +51,7 @@ def test_q_real_h100(real):
 
 def test_healthy_synthetic_parses_like_the_real_capture(real):
     """The simulator/synth output must read to the same fields as the real H100 capture (DESIGN 10)."""
-    from infra.gates import checks, synth
+    from gpufleet.gates import checks, synth
 
     real_q = nvidia_smi.parse_q(real("nvidia_smi_q__h100_1gpu_drv590__nvidia_gpu_exporter_capture.txt")).gpus[0]
     real_csv = nvidia_smi.parse_query_csv(
@@ -181,7 +181,7 @@ def test_own_dcgm_fixtures_valid_against_dcgm_schema(real, fixture, schema):
 
 
 def test_synth_healthy_dcgm_valid_against_4x_schema(real):
-    from infra.gates import synth
+    from gpufleet.gates import synth
 
     _validate(json.loads(synth.dcgm_diag_4x(synth.NodeSpec(slot="n"))),
               "dcgm_diag_json_schema__dcgm4.x__NVIDIA_DCGM_testing.json")

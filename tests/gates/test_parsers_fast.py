@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from infra.gates import checks, synth
-from infra.gates.parsers import common, dcgm, efa, nvidia_smi
+from gpufleet.gates import checks, synth
+from gpufleet.gates.parsers import common, dcgm, efa, nvidia_smi
 from tests.gates import _reference_parsers as ref
 from tests.gates.conftest import OWN, REAL
 

@@ -12,11 +12,11 @@ import json
 import re
 from pathlib import Path
 
-from infra.gates import baseline, bundle as B, xid
-from infra.gates.bundle import Bundle, Manifest
-from infra.gates.checks import NodeEvidence
-from infra.gates.parsers import dcgm, efa, nccl_debug, nccl_tests, nvidia_smi
-from infra.gates.verdict import Verdict
+from gpufleet.gates import baseline, bundle as B, xid
+from gpufleet.gates.bundle import Bundle, Manifest
+from gpufleet.gates.checks import NodeEvidence
+from gpufleet.gates.parsers import dcgm, efa, nccl_debug, nccl_tests, nvidia_smi
+from gpufleet.gates.verdict import Verdict
 
 from .conftest import REAL, read_real
 

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.bom import COMPONENT_KEYS, load_bom
-from infra.cli import main
-from infra.gates import checks, synth, versions
-from infra.gates.bundle import Bundle
-from infra.gates.parsers import system
-from infra.gates.settings import GateSettings
-from infra.gates.verdict import Verdict
+from gpufleet.bom import COMPONENT_KEYS, load_bom
+from gpufleet.cli import main
+from gpufleet.gates import checks, synth, versions
+from gpufleet.gates.bundle import Bundle
+from gpufleet.gates.parsers import system
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import Verdict
 
 from .conftest import REPO
 

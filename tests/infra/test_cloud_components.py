@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from infra.catalog import CATALOG
-from infra import tagging as t
-from infra.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, SLURMCTLD_PORT, SRUN_PORTS, extra_subnets
+from gpufleet.catalog import CATALOG
+from gpufleet import tagging as t
+from gpufleet.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, SLURMCTLD_PORT, SRUN_PORTS, extra_subnets
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 SG = "aws:ec2/securityGroup:SecurityGroup"
@@ -42,8 +42,8 @@ def test_both_security_groups_on_every_interface_and_no_public_ip_parameter(cap)
 def test_a_single_interface_layout_still_says_no_public_ip():
     from dataclasses import replace
 
-    from infra.catalog import InterfaceSlot, InterfaceType
-    from infra.cloud.compute import network_interfaces
+    from gpufleet.catalog import InterfaceSlot, InterfaceType
+    from gpufleet.cloud.compute import network_interfaces
 
     base = CATALOG["p5.48xlarge"]
     single = replace(base, interfaces=(InterfaceSlot(0, 0, InterfaceType.ENA),))
@@ -125,7 +125,7 @@ def test_fsx_sized_by_the_plan(cap):
 
 
 def test_every_taggable_resource_carries_the_stack_tags(cap):
-    from policies.rules import TAGGED_TYPES
+    from gpufleet.policies.rules import TAGGED_TYPES
 
     tagged = [r for r in cap.registrations if r.type in TAGGED_TYPES]
     assert len(tagged) > 20

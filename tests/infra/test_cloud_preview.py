@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from infra.cli import main
-from policies.evaluate import Violation
+from gpufleet.cli import main
+from gpufleet.policies.evaluate import Violation
 
 
 def test_preview_json_counts_instances_by_batch():
@@ -20,7 +20,7 @@ def test_preview_json_counts_instances_by_batch():
 
 
 def test_preview_text_and_mandatory_violation_exit_3(monkeypatch):
-    import infra.cloud.preview as preview
+    import gpufleet.cloud.preview as preview
 
     monkeypatch.setattr(preview, "evaluate", lambda regs: [Violation("imdsv2-required", "mandatory", "lt", "IMDSv1")])
     result = CliRunner().invoke(main, ["preview", "-s", "dev", "--offline", "--target-batch", "1"])

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.cloud.capture import capture_program
-from infra.cloud.program import build_cluster
-from infra.errors import ConfigError
-from infra.plan import plan_stack
-from infra.spec import load_stack
+from gpufleet.cli import main
+from gpufleet.cloud.capture import capture_program
+from gpufleet.cloud.program import build_cluster
+from gpufleet.errors import ConfigError
+from gpufleet.plan import plan_stack
+from gpufleet.spec import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_the_entry_point_runs_the_unmocked_program(monkeypatch):
     """infra/__main__.py (what `pulumi up` runs) asks for the unmocked program, the path that refuses."""
     import runpy
 
-    import infra.cloud.program as program
+    import gpufleet.cloud.program as program
 
     asked: list[bool] = []
     monkeypatch.setattr(program, "run_program", lambda *, mocked: asked.append(mocked))

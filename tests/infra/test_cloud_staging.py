@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra import tagging as t
-from infra.cloud.capture import capture_program
-from infra.cloud.staging import decode_deployment
-from infra.errors import ConfigError
+from gpufleet import tagging as t
+from gpufleet.cloud.capture import capture_program
+from gpufleet.cloud.staging import decode_deployment
+from gpufleet.errors import ConfigError
 
 INSTANCE = "aws:ec2/instance:Instance"
 

@@ -7,7 +7,7 @@ import email
 import jsonschema
 import yaml
 
-from infra.cloud.userdata import GATE_TAINT, NODEADM_CONTENT_TYPE
+from gpufleet.cloud.userdata import GATE_TAINT, NODEADM_CONTENT_TYPE
 
 INSTANCE = "aws:ec2/instance:Instance"
 

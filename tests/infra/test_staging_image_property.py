@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.cloud.staging import FROZEN_PROPERTIES, Deployment, SlotRecord, resolve_staging
-from infra.plan.model import NodeSlot
-from infra.plan.topology import slot_name
+from gpufleet.cloud.staging import FROZEN_PROPERTIES, Deployment, SlotRecord, resolve_staging
+from gpufleet.plan.model import NodeSlot
+from gpufleet.plan.topology import slot_name
 
 AMIS = ["ami-0aaaaaaaaaaaaaaa1", "ami-0bbbbbbbbbbbbbbb2", "ami-0ccccccccccccccc3"]
 

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from infra.cloud.staging import (Deployment, compact_names, decode_deployment, encode_deployment, layout_settings,
+from gpufleet.cloud.staging import (Deployment, compact_names, decode_deployment, encode_deployment, layout_settings,
                                  resolve_staging)
-from infra.errors import ConfigError
-from infra.plan import build_plan
-from infra.spec import ClusterSpec, load_stack
+from gpufleet.errors import ConfigError
+from gpufleet.plan import build_plan
+from gpufleet.spec import ClusterSpec, load_stack
 
 BASE = load_stack("dev").model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -140,7 +140,7 @@ def test_a_lower_target_is_refused_naming_the_target():
 
 
 def test_compact_names_groups_consecutive_nodes_of_a_block():
-    from infra.cloud.staging import SlotRecord
+    from gpufleet.cloud.staging import SlotRecord
 
     slots = [SlotRecord(i, i // 5, 1) for i in (0, 1, 2, 3, 4, 5, 6, 9)]
     assert compact_names("c", slots) == "c-b0000-n00000..b0001-n00006, c-b0001-n00009"

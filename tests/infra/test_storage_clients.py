@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from infra import tagging as t
-from infra.catalog import get as instance_type
-from infra.cloud.capture import capture_program
-from infra.cloud.plain_instance import AMI_PARAMETERS
-from infra.errors import ConfigError
-from infra.plan import build_plan
-from infra.plan.storage_clients import CLIENT_TYPE_GBPS, client_type_mbs, storage_client_findings
-from infra.spec import ClusterSpec, load_stack
+from gpufleet import tagging as t
+from gpufleet.catalog import get as instance_type
+from gpufleet.cloud.capture import capture_program
+from gpufleet.cloud.plain_instance import AMI_PARAMETERS
+from gpufleet.errors import ConfigError
+from gpufleet.plan import build_plan
+from gpufleet.plan.storage_clients import CLIENT_TYPE_GBPS, client_type_mbs, storage_client_findings
+from gpufleet.spec import ClusterSpec, load_stack
 
 INSTANCE = "aws:ec2/instance:Instance"
 SG = "aws:ec2/securityGroup:SecurityGroup"
@@ -105,7 +105,7 @@ def test_the_plan_warns_when_the_clients_cannot_draw_what_the_file_system_is_siz
 
 def test_the_storage_check_judges_the_file_system_at_what_its_clients_can_draw():
     """Dedicated clients slower than the file system do not fail it: the floor is theirs."""
-    from infra.gates import acceptance as A
+    from gpufleet.gates import acceptance as A
 
     plan = build_plan(load_stack("prod"))
     sku = instance_type("p5.48xlarge")

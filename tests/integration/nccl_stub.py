@@ -3,7 +3,7 @@
 A rehearsal host has no GPUs, so its nccl-tests binary (a stub, installed by test_rehearsal.py)
 hands a multi-node run to this script: `python nccl_stub.py FABRIC_JSON ARGS...`, run by every
 node's first task of an `srun` step that slurmd started inside that host's network namespace.
-It renders the run with `infra.sim.fabric.render_run` (healthy nodes, no bad link) for the step's
+It renders the run with `gpufleet.sim.fabric.render_run` (healthy nodes, no bad link) for the step's
 nodes in rank order, and prints only its own rank's lines without srun's label: srun -l adds
 the label back, so the gates parse exactly the text the simulator's launcher would have given.
 Each invocation also appends its host name and step to `<the host's /opt>/nccl-tests/steps.log`,
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from infra import catalog
-from infra.sim.fabric import DEFAULT_BYTES, group_busbw, render_run
-from infra.sim.render import NodeIdentity
+from gpufleet import catalog
+from gpufleet.sim.fabric import DEFAULT_BYTES, group_busbw, render_run
+from gpufleet.sim.render import NodeIdentity
 
 STEPS_LOG = "/opt/nccl-tests/steps.log"
 
@@ -54,7 +54,7 @@ def main(fabric_json: str, argv: list[str]) -> int:
     with open(STEPS_LOG, "a", encoding="utf-8") as log:
         log.write(f"{socket.gethostname()} rank {rank} step {os.environ.get('SLURM_JOB_ID')}."
                   f"{os.environ.get('SLURM_STEP_ID')} nodes {','.join(nodes)}\n")
-    # the fields of infra.sim.cloud.NodeProfile the fabric model reads (importing the simulator's
+    # the fields of gpufleet.sim.cloud.NodeProfile the fabric model reads (importing the simulator's
     # cloud costs seconds on every rank)
     profiles = [SimpleNamespace(who=NodeIdentity(stack=fabric["stack"], **fabric["nodes"][n]), fault=None,
                                 systemic="none", factor=1.0) for n in nodes]

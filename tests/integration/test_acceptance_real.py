@@ -25,16 +25,16 @@ import pytest
 
 from configure_host import PROJECT_ROOT, ensure_system_packages, require_root
 from netns_lab import NetnsLab
-from infra.configure.executor import AnsibleExecutor
-from infra.configure.inventory import SshConnection
-from infra.configure.runner import AnsibleConfigurator
-from infra.gates import acceptance as A
-from infra.gates.bundle import read_bundle
-from infra.gates.verdict import Verdict
-from infra.plan.storage import MB, TIB
-from infra.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector
-from infra.rollout.ports import Instance
-from infra.spec import AcceptanceConfig
+from gpufleet.configure.executor import AnsibleExecutor
+from gpufleet.configure.inventory import SshConnection
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.bundle import read_bundle
+from gpufleet.gates.verdict import Verdict
+from gpufleet.plan.storage import MB, TIB
+from gpufleet.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector
+from gpufleet.rollout.ports import Instance
+from gpufleet.spec import AcceptanceConfig
 from tests.acceptance.helpers import P5, storage
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]

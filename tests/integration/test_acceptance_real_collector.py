@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ProvisioningError
-from infra.gates import acceptance as A
-from infra.gates.bundle import read_bundle
-from infra.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector, network_commands, retried
-from infra.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
-from infra.rollout.wiring import acceptance_collector
-from infra.spec import AcceptanceConfig
-from infra.sim import acceptance as S  # the simulator's fio documents, in fio 3.33's shape
+from gpufleet.errors import ProvisioningError
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.bundle import read_bundle
+from gpufleet.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector, network_commands, retried
+from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.rollout.wiring import acceptance_collector
+from gpufleet.spec import AcceptanceConfig
+from gpufleet.sim import acceptance as S  # the simulator's fio documents, in fio 3.33's shape
 from tests.rollout.helpers import small_spec
 
 HOSTS = {n: Instance(n, f"i-{i}", 1, 0, f"10.0.0.{i + 10}") for i, n in enumerate(("a", "b", "c", "d"))}

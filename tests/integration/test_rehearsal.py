@@ -4,14 +4,14 @@ playbooks, the real gates and a real Slurm whose slurmd run on those hosts.
 Each host is a network namespace on a private bridge running its own sshd, which chroots every
 session into the host's overlay of the Debian base (netns_lab.py). The stack
 (Pulumi.rehearsal.yaml) plans 8 slots in two batches, canary first, with no spares. The rollout
-is `infra.rollout.orchestrator.Orchestrator` with the adapters a bare-metal stack would get:
+is `gpufleet.rollout.orchestrator.Orchestrator` with the adapters a bare-metal stack would get:
 
-- Provisioner: `infra.rollout.static_hosts` over an inventory file naming the 8 hosts;
-- Executor: `infra.configure.executor.AnsibleExecutor` over SSH: the real `site.yml` converges
+- Provisioner: `gpufleet.rollout.static_hosts` over an inventory file naming the 8 hosts;
+- Executor: `gpufleet.configure.executor.AnsibleExecutor` over SSH: the real `site.yml` converges
   every host from the local apt repository of dummy packages pinned to images/bom.yaml, then the
-  hosts get their "hardware" (stub GPU tools printing what `infra.gates.synth` renders for the
+  hosts get their "hardware" (stub GPU tools printing what `gpufleet.gates.synth` renders for the
   node in the real tools' formats), and the real `preflight.yml` collects the bundles;
-- Pool: the real local Slurm (`infra.pool.slurm.local`), slurmctld on this machine and one slurmd
+- Pool: the real local Slurm (`gpufleet.pool.slurm.local`), slurmctld on this machine and one slurmd
   INSIDE each host's namespace (NodeAddr = the host's address), driven by the Slurm adapter:
   registration drains, admission RESUMEs, quarantine DRAINs with the reason code, and the
   multi-node baselines are `srun` steps (with the stack's `srunMpi: none`: Debian's Slurm has no
@@ -43,29 +43,29 @@ from apt_fixture_repo import build_repo, install_into, local_site_vars
 from configure_host import PROJECT_ROOT, chroot, ensure_system_packages, require_root
 from netns_lab import NetnsLab
 from node_stubs import dispatch, install_outputs, install_tool
-from infra.bom import load_bom
-from infra.configure.executor import AnsibleExecutor
-from infra.configure.inventory import SshConnection
-from infra.configure.runner import AnsibleConfigurator
-from infra.gates import bundle as B
-from infra.gates import synth
-from infra.gates.admission import AdmissionRecord
-from infra.gates.verdict import Action
-from infra.plan import plan_stack
-from infra.pool.protocol import NodeState as PoolNodeState
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.local import LocalSlurm, NodeHost, slurm_version
-from infra.project import Project
-from infra.reports import rollout as report
-from infra.rollout.backends import LocalJournalStore
-from infra.rollout.journal import Journal
-from infra.rollout.orchestrator import STAGE_CODE, Adapters, Orchestrator
-from infra.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult, WallClock
-from infra.rollout.state import NodeStage
-from infra.rollout.static_hosts import StaticHostsProvisioner
-from infra.rollout.wiring import gate_settings, options
-from infra.sim.fabric import healthy_multi_busbw
-from infra.spec import load_stack_path
+from gpufleet.bom import load_bom
+from gpufleet.configure.executor import AnsibleExecutor
+from gpufleet.configure.inventory import SshConnection
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.gates import bundle as B
+from gpufleet.gates import synth
+from gpufleet.gates.admission import AdmissionRecord
+from gpufleet.gates.verdict import Action
+from gpufleet.plan import plan_stack
+from gpufleet.pool.protocol import NodeState as PoolNodeState
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.local import LocalSlurm, NodeHost, slurm_version
+from gpufleet.project import Project
+from gpufleet.reports import rollout as report
+from gpufleet.rollout.backends import LocalJournalStore
+from gpufleet.rollout.journal import Journal
+from gpufleet.rollout.orchestrator import STAGE_CODE, Adapters, Orchestrator
+from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult, WallClock
+from gpufleet.rollout.state import NodeStage
+from gpufleet.rollout.static_hosts import StaticHostsProvisioner
+from gpufleet.rollout.wiring import gate_settings, options
+from gpufleet.sim.fabric import healthy_multi_busbw
+from gpufleet.spec import load_stack_path
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 

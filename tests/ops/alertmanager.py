@@ -12,7 +12,7 @@ def alert(node: str | None, name: str = "GpuXidFatal", action: str = "quarantine
     if node is not None:
         all_labels["node"] = node
     return {"status": status, "labels": all_labels,
-            "annotations": {"summary": "a GPU reported an Xid the gates quarantine on", "source": "infra/gates/xid.py"},
+            "annotations": {"summary": "a GPU reported an Xid the gates quarantine on", "source": "infra/gpufleet/gates/xid.py"},
             "startsAt": "2026-12-01T00:10:00.000Z",
             "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2026-12-01T00:20:00.000Z",
             "generatorURL": "http://prometheus:9090/graph?g0.expr=DCGM_FI_DEV_XID_ERRORS",

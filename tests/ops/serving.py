@@ -59,7 +59,7 @@ def served(fleet_base: Path, tmp_path: Path) -> Iterator[Served]:
     port, log = free_port(), tmp_path / "serve.log"
     env = dict(os.environ, GPUFLEET_ACTOR="ops-test")
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", "from infra.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
+        proc = subprocess.Popen([sys.executable, "-c", "from gpufleet.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
                                  "--listen", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT, text=True,
                                 env=env)
     deadline = time.monotonic() + 60

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.errors import ConfigError
-from infra.ops import access as acc
-from infra.spec import OpsConfig, Tenant
+from gpufleet.cli import main
+from gpufleet.errors import ConfigError
+from gpufleet.ops import access as acc
+from gpufleet.spec import OpsConfig, Tenant
 
 TENANTS = (Tenant(name="vision", partitions=("train", "debug"), members=("ana", "raj")),
            Tenant(name="speech", partitions=("train",)))

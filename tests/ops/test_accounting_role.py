@@ -25,9 +25,9 @@ import ansible_runner
 import pytest
 import yaml
 
-from infra.plan import build_plan
-from infra.pool.slurm.conf import LocalFlavour, generate
-from infra.pool.slurm.local import slurm_version
+from gpufleet.plan import build_plan
+from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.pool.slurm.local import slurm_version
 from tests.ops.test_monitoring_roles import _after
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _stack, _wait
 
@@ -113,7 +113,7 @@ def check_run() -> Iterator[CheckRun]:
               "slurm_accounting_storage_host": "127.0.0.1", "slurm_accounting_storage_port": ports["db"],
               "slurm_accounting_mariadb_socket": str(root / "run" / "mysql.sock"),
               "slurm_accounting_mariadb_conf_dir": str(root / "mariadb.conf.d"),
-              # the local Slurm's slurm.conf (infra.pool.slurm.conf.LocalFlavour): root, no munge
+              # the local Slurm's slurm.conf (gpufleet.pool.slurm.conf.LocalFlavour): root, no munge
               "slurm_accounting_slurm_user": "root", "slurm_accounting_auth_type": "auth/none",
               "gpufleet_enable_services": False, "gpufleet_live_system": False}
         watched = [*WATCHED, *(str(p) for p in root.rglob("*"))]

@@ -1,5 +1,5 @@
 """`gpufleet ops serve` on the Slurm head node (`playbooks/roles/ops_webhook`) and the head node's
-extravars (`infra.rollout.wiring.head_node_extravars`), for real.
+extravars (`gpufleet.rollout.wiring.head_node_extravars`), for real.
 
 The rollout's executor of a real Slurm stack (`dev`, with accounting) hands the controller play
 both head-node roles their inputs. The webhook role is applied to this machine with `--check --diff`
@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.ops.monitoring_files import OPS_SERVE
-from infra.plan import build_plan
-from infra.project import load_project
-from infra.rollout.wiring import head_node_extravars, real_executor
-from infra.spec import load_stack
+from gpufleet.ops.monitoring_files import OPS_SERVE
+from gpufleet.plan import build_plan
+from gpufleet.project import load_project
+from gpufleet.rollout.wiring import head_node_extravars, real_executor
+from gpufleet.spec import load_stack
 from tests.ops.test_accounting_role import check_role
 from tests.ops.test_monitoring_roles import _after
 from tests.ops.test_slurm_accounting import _free_port, _listening, _wait
@@ -172,7 +172,7 @@ def test_the_unit_runs_a_real_ops_serve_on_the_files_the_role_installs(tmp_path:
 def test_a_bom_outside_the_project_is_refused_before_anything_runs(tmp_path: Path) -> None:
     """ops serve reads a copy of the project on the head node: a BOM it cannot copy there is a
     configuration error naming the stack's field, not a unit that fails at its first alert."""
-    from infra.errors import ConfigError
+    from gpufleet.errors import ConfigError
 
     root = _project(tmp_path, None)
     elsewhere = tmp_path / "boms" / "bom.yaml"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from infra.cost.command import read_history
-from infra.cost.pool_history import ADMITTED, QUARANTINED, by_state
-from infra.project import find_project
-from infra.spec import load_stack_path
+from gpufleet.cost.command import read_history
+from gpufleet.cost.pool_history import ADMITTED, QUARANTINED, by_state
+from gpufleet.project import find_project
+from gpufleet.spec import load_stack_path
 from tests.daytwo.fleet import STACK, pool_doc
 
 POOL_TO_HISTORY = {"admitted": ADMITTED, "quarantined": QUARANTINED, "blacklisted": QUARANTINED}

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.cost.kueue import KubernetesWorkloads, KueueError, usages
-from infra.pool.kubernetes.versions import KUEUE_API_VERSION
+from gpufleet.cli import main
+from gpufleet.cost.kueue import KubernetesWorkloads, KueueError, usages
+from gpufleet.pool.kubernetes.versions import KUEUE_API_VERSION
 from tests.ops.cost_helpers import at, project_with_stack, workload
 from tests.pool.kubernetes_fake_api import FakeApiServer, FakeKube
 

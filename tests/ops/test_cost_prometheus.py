@@ -15,8 +15,8 @@ from typing import Iterator
 
 import pytest
 
-from infra.cost import prometheus as prom
-from infra.ops.metrics import GPU_UTIL
+from gpufleet.cost import prometheus as prom
+from gpufleet.ops.metrics import GPU_UTIL
 from tests.ops.conftest import ensure_tool
 
 

@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import main
+from gpufleet.cli import main
 from tests.ops.cost_helpers import project_with_stack
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _wait
 

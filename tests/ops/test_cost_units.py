@@ -11,19 +11,19 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra import catalog
-from infra.cli import main
-from infra.catalog_prices import PRICES
-from infra.pool.slurm.hostlist import expand_hostlist
-from infra.cost import intervals as iv
-from infra.cost import kueue, prometheus, sacct
-from infra.cost.document import cost_document
-from infra.cost.pool_history import ADMITTED, QUARANTINED, by_state, transitions
-from infra.cost.pricing import OVERRIDE_FIELD, resolve
-from infra.cost.report import UnitNodes, build, idle_units
-from infra.cost.usage import JobUsage, Window, gpu_hours, held, parse_when
-from infra.reports.write import write_report
-from infra.spec import ClusterSpec
+from gpufleet import catalog
+from gpufleet.cli import main
+from gpufleet.catalog_prices import PRICES
+from gpufleet.pool.slurm.hostlist import expand_hostlist
+from gpufleet.cost import intervals as iv
+from gpufleet.cost import kueue, prometheus, sacct
+from gpufleet.cost.document import cost_document
+from gpufleet.cost.pool_history import ADMITTED, QUARANTINED, by_state, transitions
+from gpufleet.cost.pricing import OVERRIDE_FIELD, resolve
+from gpufleet.cost.report import UnitNodes, build, idle_units
+from gpufleet.cost.usage import JobUsage, Window, gpu_hours, held, parse_when
+from gpufleet.reports.write import write_report
+from gpufleet.spec import ClusterSpec
 from tests.ops.cost_helpers import REPO, at, s, workload
 from tests.pool.conftest import small_spec
 

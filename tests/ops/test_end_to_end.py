@@ -17,9 +17,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.bom import load_bom
-from infra.ops import metrics, monitoring_counters, scrape
+from gpufleet.cli import main
+from gpufleet.bom import load_bom
+from gpufleet.ops import metrics, monitoring_counters, scrape
 from tests.daytwo.fleet import pool_doc
 from tests.ops.conftest import ensure_tool
 from tests.ops.serving import STACK, Served, fleet_base, free_port, served  # noqa: F401 - fixtures

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ConfigError, GpufleetError
-from infra.ops import metrics, monitoring_counters as mc
-from infra.ops.rules import Thresholds, dcgm_metrics, rules_document
-from infra.spec import OpsConfig
+from gpufleet.errors import ConfigError, GpufleetError
+from gpufleet.ops import metrics, monitoring_counters as mc
+from gpufleet.ops.rules import Thresholds, dcgm_metrics, rules_document
+from gpufleet.spec import OpsConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -17,19 +17,19 @@ import pytest
 import yaml
 from pulumi.runtime import settings
 
-from infra.cloud.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
-from infra.errors import ConfigError
-from infra.findings import Level
-from infra.ops import metrics as mx
-from infra.ops import monitoring_counters
-from infra.ops import monitoring_manifests as mm
-from infra.ops.monitoring_k8s import Monitoring, MonitoringConfig
-from infra.ops.rules import ADMITTED_BUSY, Thresholds, rules_document
-from infra.ops.scrape import prometheus_config
-from infra.plan import build_plan
-from infra.pool.kubernetes.chart_values import dcgm_exporter_values
-from infra.pool.protocol import GATE_TAINT, QUARANTINE_TAINT
-from infra.spec import OpsConfig, load_stack
+from gpufleet.cloud.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
+from gpufleet.errors import ConfigError
+from gpufleet.findings import Level
+from gpufleet.ops import metrics as mx
+from gpufleet.ops import monitoring_counters
+from gpufleet.ops import monitoring_manifests as mm
+from gpufleet.ops.monitoring_k8s import Monitoring, MonitoringConfig
+from gpufleet.ops.rules import ADMITTED_BUSY, Thresholds, rules_document
+from gpufleet.ops.scrape import prometheus_config
+from gpufleet.plan import build_plan
+from gpufleet.pool.kubernetes.chart_values import dcgm_exporter_values
+from gpufleet.pool.protocol import GATE_TAINT, QUARANTINE_TAINT
+from gpufleet.spec import OpsConfig, load_stack
 from tests.pool.test_kubernetes_objects import strict, tolerates
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "schemas" / "prometheus-operator"

@@ -1,7 +1,7 @@
 """The Slurm monitoring roles, for real: `monitoring_exporters` (dcgm-exporter and node_exporter on
 GPU nodes) and `monitoring_server` (Prometheus and Alertmanager on the head node) applied to this
 machine with `--check --diff` (as root: the check reads /etc and the user database), from the
-files gpufleet generates (`infra.ops.monitoring_files`). The run must not fail and must write
+files gpufleet generates (`gpufleet.ops.monitoring_files`). The run must not fail and must write
 nothing; the files it would install are read from its diffs, and the head node's configuration
 they make up (prometheus.yml, the rules, the file_sd targets built from the inventory) passes the
 real `promtool check config`."""
@@ -21,11 +21,11 @@ import ansible_runner
 import pytest
 import yaml
 
-from infra.bom import load_bom
-from infra.ops import monitoring_counters, scrape
-from infra.ops.monitoring_files import FILES, documents, monitoring_extravars
-from infra.ops.rules import Thresholds
-from infra.spec import load_stack
+from gpufleet.bom import load_bom
+from gpufleet.ops import monitoring_counters, scrape
+from gpufleet.ops.monitoring_files import FILES, documents, monitoring_extravars
+from gpufleet.ops.rules import Thresholds
+from gpufleet.spec import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -207,9 +207,9 @@ def test_a_real_slurm_stacks_configure_runs_carry_the_monitoring_files(tmp_path:
     """The rollout's executor for a real Slurm stack (`dev`) passes both roles their inputs."""
     import shutil
 
-    from infra.plan import build_plan
-    from infra.project import load_project
-    from infra.rollout.wiring import real_executor
+    from gpufleet.plan import build_plan
+    from gpufleet.project import load_project
+    from gpufleet.rollout.wiring import real_executor
 
     shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     for folder in ("stacks", "images"):

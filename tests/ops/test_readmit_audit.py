@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from infra.pool.factory import pool_for
-from infra.project import find_project
-from infra.spec import load_stack_path
+from gpufleet.pool.factory import pool_for
+from gpufleet.project import find_project
+from gpufleet.spec import load_stack_path
 from tests.daytwo.fleet import copy_project, daytwo_events, gpufleet, pool_doc, state_dir
 from tests.ops.serving import STACK, fleet_base  # noqa: F401 - fixture
 
@@ -104,7 +104,7 @@ def test_every_fleet_changing_command_leaves_one_entry_and_no_secret(fleet: Path
 
 
 def test_scrub_masks_secret_keys_and_values_anywhere() -> None:
-    from infra.ops.audit import entry
+    from gpufleet.ops.audit import entry
 
     e = entry(stack="s", who="w", what="x", why=f"pasted {CANARY}", details={"password": "hunter2", "nested": [
         {"aws_session_token": "abc"}, f"..{CANARY}.."]}, env={"MY_SECRET": CANARY, "HOME": "/root"})

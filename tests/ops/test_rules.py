@@ -9,10 +9,10 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.ops import metrics, monitoring_counters
-from infra.ops.rules import Thresholds, alert_rules, rules_document, unit_tests
-from infra.spec import OpsConfig
+from gpufleet.cli import main
+from gpufleet.ops import metrics, monitoring_counters
+from gpufleet.ops.rules import Thresholds, alert_rules, rules_document, unit_tests
+from gpufleet.spec import OpsConfig
 
 DEFAULT_COUNTERS = Path(__file__).parent / "fixtures" / "dcgm-exporter-default-counters.csv"
 
@@ -57,8 +57,8 @@ def test_the_generated_tests_fail_against_rules_of_other_thresholds(tmp_path: Pa
 
 
 def test_thresholds_come_from_the_gates_and_the_stack() -> None:
-    from infra.gates.xid import XID_RULES
-    from infra.gates.verdict import Verdict
+    from gpufleet.gates.xid import XID_RULES
+    from gpufleet.gates.verdict import Verdict
 
     rules = {r.name: r for r in alert_rules(Thresholds(OpsConfig(util_min_percent=55), 300, "4.2.3", None))}
     fatal = [x for x, r in XID_RULES.items() if r.verdict is Verdict.QUARANTINE]

@@ -1,6 +1,6 @@
 """Slurm accounting for real: MariaDB and slurmdbd started by the test under a temp dir (Debian's
 `mariadb-server` and `slurmdbd`), slurmctld on the slurm.conf gpufleet generates for a stack with
-tenants and accounting (`infra.pool.slurm.conf`: AllowAccounts per partition, EnforcePartLimits=ALL,
+tenants and accounting (`gpufleet.pool.slurm.conf`: AllowAccounts per partition, EnforcePartLimits=ALL,
 enforced associations), the accounts and QOS of `gpufleet ops access` created with its own sacctmgr
 commands; a job from an account without access to a partition is refused at submission by the
 partition's AllowAccounts, one with access is accepted. Every daemon is started here, on free
@@ -20,11 +20,11 @@ from typing import Iterator
 
 import pytest
 
-from infra.ops import access as acc
-from infra.plan import build_plan
-from infra.pool.slurm.conf import LocalFlavour, generate
-from infra.pool.slurm.local import slurm_version
-from infra.spec import ClusterSpec, Tenant
+from gpufleet.ops import access as acc
+from gpufleet.plan import build_plan
+from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.pool.slurm.local import slurm_version
+from gpufleet.spec import ClusterSpec, Tenant
 from tests.pool.conftest import small_spec
 
 TENANTS = (Tenant(name="vision", partitions=("train",), members=("root",)),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.ops.webhook import Notification, budget, decide, reason_code
-from infra.pool.protocol import NodeState, PoolNode, PoolState
+from gpufleet.ops.webhook import Notification, budget, decide, reason_code
+from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
 from tests.ops.alertmanager import alert, notification
 
 

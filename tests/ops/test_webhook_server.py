@@ -92,8 +92,8 @@ def test_metrics_expose_admitted_and_busy_nodes(served: Served) -> None:
 
 
 def test_a_locked_stack_answers_503_so_alertmanager_retries(served: Served) -> None:
-    from infra.daytwo.context import open_day_two
-    from infra.project import find_project
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.project import find_project
 
     slot = sorted(_nodes(served.project))[2]
     with open_day_two("crash40", "another operation", pool_only=True, project=find_project(served.project)):
@@ -104,8 +104,8 @@ def test_a_locked_stack_answers_503_so_alertmanager_retries(served: Served) -> N
 
 
 def test_pages_go_to_the_page_command_as_json(tmp_path: Path) -> None:
-    from infra.ops.actions import page
-    from infra.ops.webhook import Page
+    from gpufleet.ops.actions import page
+    from gpufleet.ops.webhook import Page
 
     out = tmp_path / "pages.json"
     page([Page("GpuXidFatal", "n1", "partition train is at its alert budget", {"labels": {"node": "n1"}})], "s",

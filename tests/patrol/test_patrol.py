@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from infra.daytwo.collect import collector_for
-from infra.daytwo.context import open_day_two
-from infra.daytwo.patrol_run import run_patrol
-from infra.project import load_project
+from gpufleet.daytwo.collect import collector_for
+from gpufleet.daytwo.context import open_day_two
+from gpufleet.daytwo.patrol_run import run_patrol
+from gpufleet.project import load_project
 from tests.daytwo.fleet import STACK, admitted, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from infra.daytwo.collect import AnsiblePatrolCollector
-from infra.daytwo.patrol import PATROL_FILES, judge, light_commands, select, since_filter, since_for
-from infra.gates import bundle as B
-from infra.gates import synth
-from infra.gates.settings import GateSettings
-from infra.pool.protocol import NodeState, PoolNode, PoolState
-from infra.rollout.ports import Instance, StageResult
-from infra.sim.patrol import restamp
+from gpufleet.daytwo.collect import AnsiblePatrolCollector
+from gpufleet.daytwo.patrol import PATROL_FILES, judge, light_commands, select, since_filter, since_for
+from gpufleet.gates import bundle as B
+from gpufleet.gates import synth
+from gpufleet.gates.settings import GateSettings
+from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
+from gpufleet.rollout.ports import Instance, StageResult
+from gpufleet.sim.patrol import restamp
 
 T0 = datetime(2026, 7, 14, 9, 0, tzinfo=timezone.utc)
 XID = ("2026-07-14T09:30:00+0000 ip-10-0-0-4 kernel: NVRM: Xid (PCI:0000:83:00): 48, pid='<unknown>', "

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.plan import build_plan
-from infra.pool.slurm.conf import unit_request_args
-from infra.spec import load_stack_path
+from gpufleet.plan import build_plan
+from gpufleet.pool.slurm.conf import unit_request_args
+from gpufleet.spec import load_stack_path
 from tests.daytwo.fleet import gpufleet
 from tests.pool.conftest import ensure_slurm
 from tests.rollout.project import make_project

@@ -12,11 +12,11 @@ import json
 import pytest
 from pulumi_policy import EnforcementLevel
 
-from infra import tagging as t
-from policies import rules
-from policies.evaluate import evaluate
-from policies.pack import policies
-from policies.rules import StackResource
+from gpufleet import tagging as t
+from gpufleet.policies import rules
+from gpufleet.policies.evaluate import evaluate
+from gpufleet.policies.pack import policies
+from gpufleet.policies.rules import StackResource
 
 
 @pytest.fixture(scope="module")

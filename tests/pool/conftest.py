@@ -10,10 +10,10 @@ from typing import Iterator
 
 import pytest
 
-from infra.plan import build_plan
-from infra.plan.model import ClusterPlan
-from infra.pool.slurm.local import LocalSlurm, slurm_version
-from infra.spec import ClusterSpec, load_stack
+from gpufleet.plan import build_plan
+from gpufleet.plan.model import ClusterPlan
+from gpufleet.pool.slurm.local import LocalSlurm, slurm_version
+from gpufleet.spec import ClusterSpec, load_stack
 
 APT = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "-y", "-q"]
 

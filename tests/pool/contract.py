@@ -20,7 +20,7 @@ It returns a FRESH pool (nothing registered by gpufleet yet, no failures remembe
   stopped or a dead port, an API server that refuses), or None where the backend cannot be down
   (the simulator's file).
 Each check is a plain function `check(make_subject) -> None` that raises AssertionError on a
-broken promise. The semantics are those of `infra/pool/protocol.py`.
+broken promise. The semantics are those of `infra/gpufleet/pool/protocol.py`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Callable, Sequence
 
 import pytest
 
-from infra.errors import PoolError
-from infra.gates.admission import AdmissionRecord, BusbwFigures
-from infra.gates.verdict import Action, CheckResult, Verdict
-from infra.pool.protocol import NodeState, PendingNode, Pool, record_digest
+from gpufleet.errors import PoolError
+from gpufleet.gates.admission import AdmissionRecord, BusbwFigures
+from gpufleet.gates.verdict import Action, CheckResult, Verdict
+from gpufleet.pool.protocol import NodeState, PendingNode, Pool, record_digest
 
 UNKNOWN_SLOT = "no-such-slot-b9999-n99999"
 

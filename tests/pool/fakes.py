@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Sequence
 
-from infra.gates.launch import LaunchSpec
-from infra.pool.protocol import LaunchResult
+from gpufleet.gates.launch import LaunchSpec
+from gpufleet.pool.protocol import LaunchResult
 
 
 class RecordingLauncher:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from infra.pool.kubernetes.smoke_job import INDEX_ANNOTATION, JOB_LABEL
+from gpufleet.pool.kubernetes.smoke_job import INDEX_ANNOTATION, JOB_LABEL
 
 from .kubernetes_fake_api import FakeKube, _status
 

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from infra.pool.kubernetes.adapter import KubernetesPool
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.retry import RetryPolicy
-from infra.pool.protocol import PendingNode
+from gpufleet.pool.kubernetes.adapter import KubernetesPool
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.retry import RetryPolicy
+from gpufleet.pool.protocol import PendingNode
 
 from . import contract
 from .fakes import RecordingLauncher

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.pool.protocol import PendingNode
-from infra.pool.sim import SimPool
+from gpufleet.pool.protocol import PendingNode
+from gpufleet.pool.sim import SimPool
 
 from . import contract
 from .fakes import RecordingLauncher

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from infra.pool.protocol import PendingNode
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.cli import SlurmCli
-from infra.pool.slurm.local import free_ports
+from gpufleet.pool.protocol import PendingNode
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.local import free_ports
 
 from . import contract
 

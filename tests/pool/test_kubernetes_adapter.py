@@ -9,13 +9,13 @@ import random
 import kubernetes_validate
 import pytest
 
-from infra.catalog import get as instance_type
-from infra.errors import PoolError
-from infra.gates.launch import launch_spec
-from infra.pool.kubernetes.adapter import TIMEOUT_EXIT, KubernetesPool, MpiJobLauncher
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.retry import RetryPolicy
-from infra.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, QUARANTINE_TAINT, NodeState, PendingNode,
+from gpufleet.catalog import get as instance_type
+from gpufleet.errors import PoolError
+from gpufleet.gates.launch import launch_spec
+from gpufleet.pool.kubernetes.adapter import TIMEOUT_EXIT, KubernetesPool, MpiJobLauncher
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.retry import RetryPolicy
+from gpufleet.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, QUARANTINE_TAINT, NodeState, PendingNode,
                                  record_digest, record_summary)
 
 from . import contract
@@ -298,8 +298,8 @@ def test_hand_edited_annotations_are_a_pool_error_naming_the_node(server, clock)
 def test_pool_for_reads_the_kubeconfig_context_named_after_the_cluster(tmp_path, monkeypatch, server):
     import json as _json
 
-    from infra.pool.kubernetes.adapter import pool_for
-    from infra.spec import load_stack
+    from gpufleet.pool.kubernetes.adapter import pool_for
+    from gpufleet.spec import load_stack
 
     spec = load_stack("prod")
     kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "other",

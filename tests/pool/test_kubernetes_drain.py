@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from infra.errors import PoolError
-from infra.pool.kubernetes.adapter import KubernetesPool
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.retry import RetryPolicy
-from infra.pool.protocol import Evicting, Holder, PendingNode
+from gpufleet.errors import PoolError
+from gpufleet.pool.kubernetes.adapter import KubernetesPool
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.retry import RetryPolicy
+from gpufleet.pool.protocol import Evicting, Holder, PendingNode
 
 from . import contract
 from .kubernetes_fake_api import FakeApiServer, FakeTime
@@ -133,7 +133,7 @@ def test_a_slot_without_a_node_is_an_error_naming_it(pool):
 
 
 def test_a_pod_works_for_its_kueue_workload_else_its_controller_else_itself():
-    from infra.pool.kubernetes.nodes import workload_of
+    from gpufleet.pool.kubernetes.nodes import workload_of
 
     meta = {"name": "p-0", "namespace": "sim",
             "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": False},

@@ -19,13 +19,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from infra.bom import load_bom, resolve_bom_path
-from infra.cloud.capture import Capture
-from infra.configure.nccl_env import nccl_env_for
-from infra.ops.monitoring_manifests import KUBE_PROMETHEUS_STACK
-from infra.pool.kubernetes import manifests as m
-from infra.pool.kubernetes import versions as v
-from infra.pool.protocol import BLOCK_LABEL, GATE_TAINT, PENDING_TAINT_VALUE, QUARANTINE_TAINT
+from gpufleet.bom import load_bom, resolve_bom_path
+from gpufleet.cloud.capture import Capture
+from gpufleet.configure.nccl_env import nccl_env_for
+from gpufleet.ops.monitoring_manifests import KUBE_PROMETHEUS_STACK
+from gpufleet.pool.kubernetes import manifests as m
+from gpufleet.pool.kubernetes import versions as v
+from gpufleet.pool.protocol import BLOCK_LABEL, GATE_TAINT, PENDING_TAINT_VALUE, QUARANTINE_TAINT
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "schemas" / "kueue-v0.19.2"
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -38,7 +38,7 @@ CHART_TOLERATIONS = {
     "aws-efa-k8s-device-plugin": ["tolerations"],
     "dcgm-exporter": ["tolerations"],
     "aws-fsx-csi-driver": ["node.tolerations", "controller.tolerations"],
-    "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # infra.ops.monitoring_manifests
+    "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # gpufleet.ops.monitoring_manifests
 }
 
 
@@ -337,7 +337,7 @@ def test_kubernetes_objects_only_for_kubernetes_pools(full_capture):
 
 
 def test_reserved_namespace_names_are_refused(prod):
-    from infra.errors import ConfigError
+    from gpufleet.errors import ConfigError
     alloc = prod.plan.partitions[0].model_copy(update={"name": "kube-system"})
     with pytest.raises(ConfigError, match="reserved"):
         m.partition_queue(alloc, prod.plan.topology.unit_gpus, prod.spec.cluster.instance)
@@ -345,7 +345,7 @@ def test_reserved_namespace_names_are_refused(prod):
 
 def test_every_kubernetes_object_goes_through_the_eks_components_provider(monkeypatch):
     """Not an ambient kubeconfig: the provider built from the cluster's own kubeconfig output."""
-    from infra.cloud import capture
+    from gpufleet.cloud import capture
 
     providers: dict[str, str] = {}
     register = capture.RecordingMonitor.RegisterResource

@@ -10,14 +10,14 @@ import random
 import kubernetes_validate
 import pytest
 
-from infra import catalog
-from infra.errors import PoolError
-from infra.pool.kubernetes.adapter import TIMEOUT_EXIT
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.job_runner import IndexedJobRunner, latest_by_index
-from infra.pool.kubernetes.manifests import FSX_CLAIM
-from infra.pool.kubernetes.retry import RetryPolicy
-from infra.pool.kubernetes.smoke_job import INDEX_ANNOTATION, JOB_LABEL, SmokeJob, master_addr, smoke_objects
+from gpufleet import catalog
+from gpufleet.errors import PoolError
+from gpufleet.pool.kubernetes.adapter import TIMEOUT_EXIT
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.job_runner import IndexedJobRunner, latest_by_index
+from gpufleet.pool.kubernetes.manifests import FSX_CLAIM
+from gpufleet.pool.kubernetes.retry import RetryPolicy
+from gpufleet.pool.kubernetes.smoke_job import INDEX_ANNOTATION, JOB_LABEL, SmokeJob, master_addr, smoke_objects
 
 from .kubernetes_fake_api import FakeApiServer, FakeTime
 from .kubernetes_fake_jobs import FakeJobsKube, controller

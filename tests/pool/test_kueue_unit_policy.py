@@ -20,10 +20,10 @@ import kubernetes_validate
 import pytest
 from celpy import celtypes
 
-from infra.plan.topology import build_topology
-from infra.pool.kubernetes import unit_policy as up
-from infra.pool.kubernetes.manifests import GPU, SYSTEM_NAMESPACE
-from infra.pool.protocol import BLOCK_LABEL
+from gpufleet.plan.topology import build_topology
+from gpufleet.pool.kubernetes import unit_policy as up
+from gpufleet.pool.kubernetes.manifests import GPU, SYSTEM_NAMESPACE
+from gpufleet.pool.protocol import BLOCK_LABEL
 
 K8S_VERSION = "1.33"
 SHARED = build_topology("t", 1000, 10, 8, 0.0)[0]  # the seed: 10-GPU units on 8-GPU nodes, 5-node blocks

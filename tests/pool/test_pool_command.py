@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.errors import PoolError
-from infra.plan import build_plan
-from infra.pool.command import free_units, summarize
-from infra.pool.factory import pool_for
-from infra.pool.protocol import NodeState, PendingNode, PoolNode, PoolState
-from infra.pool.sim import SimPool
-from infra.pool.slurm.adapter import SlurmPool
-from infra.project import load_project
-from infra.spec import load_stack
+from gpufleet.cli import main
+from gpufleet.errors import PoolError
+from gpufleet.plan import build_plan
+from gpufleet.pool.command import free_units, summarize
+from gpufleet.pool.factory import pool_for
+from gpufleet.pool.protocol import NodeState, PendingNode, PoolNode, PoolState
+from gpufleet.pool.sim import SimPool
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.project import load_project
+from gpufleet.spec import load_stack
 
 from .conftest import ensure_slurm
 from .contract import record

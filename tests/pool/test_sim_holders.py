@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.durable import write_atomic
-from infra.errors import PoolError
-from infra.pool.protocol import Evicting, HasHolders, Holder, NodeState, PendingNode
-from infra.pool.sim import SimPool
+from gpufleet.durable import write_atomic
+from gpufleet.errors import PoolError
+from gpufleet.pool.protocol import Evicting, HasHolders, Holder, NodeState, PendingNode
+from gpufleet.pool.sim import SimPool
 
 from .contract import record
 from .fakes import RecordingLauncher

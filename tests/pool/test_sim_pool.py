@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import PoolError
-from infra.pool.protocol import NodeState, PendingNode
-from infra.pool.sim import SimPool
+from gpufleet.errors import PoolError
+from gpufleet.pool.protocol import NodeState, PendingNode
+from gpufleet.pool.sim import SimPool
 
 from .contract import record
 from .fakes import RecordingLauncher
@@ -36,7 +36,7 @@ def test_a_change_by_another_process_is_seen(tmp_path: Path):
     pool = SimPool(path, None)
     pool.register_pending(NODES)
     assert pool.state().get(NODES[1].slot).state is NodeState.PENDING  # type: ignore[union-attr]
-    code = ("import sys; from pathlib import Path; from infra.pool.sim import SimPool; "
+    code = ("import sys; from pathlib import Path; from gpufleet.pool.sim import SimPool; "
             f"SimPool(Path({str(path)!r}), None).quarantine({NODES[1].slot!r}, 'xid-79', 'from another process')")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
     got = pool.state().get(NODES[1].slot)

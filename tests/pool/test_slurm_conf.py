@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ConfigError, PoolError
-from infra.plan import build_plan
-from infra.pool.slurm.conf import (LocalFlavour, RealFlavour, generate, hostlist, nodes_for_units, priority_tiers,
+from gpufleet.errors import ConfigError, PoolError
+from gpufleet.plan import build_plan
+from gpufleet.pool.slurm.conf import (LocalFlavour, RealFlavour, generate, hostlist, nodes_for_units, priority_tiers,
                                    topology_kind, unit_request_args)
-from infra.spec import load_stack
+from gpufleet.spec import load_stack
 
 from .conftest import small_spec
 
@@ -56,7 +56,7 @@ def test_the_local_stack_on_slurm_24_11_real_flavour():
     conf = cfg.slurm_conf
     assert "TopologyPlugin=topology/block" in conf and "AuthType=auth/munge" in conf
     assert "SlurmctldHost=slurm-head(10.0.16.10)" in conf and "auth/none" not in conf
-    # the security groups open exactly these ports (infra/cloud/network.py imports them from conf.py)
+    # the security groups open exactly these ports (infra/gpufleet/cloud/network.py imports them from conf.py)
     assert "SlurmctldPort=6817" in conf and "SlurmdPort=6818" in conf and "SrunPortRange=60001-63000" in conf
     nodes = _lines(conf, "NodeName")
     assert len(nodes) == plan.topology.blocks
@@ -104,7 +104,7 @@ def test_max_time_override_and_unknown_partition():
 
 
 def test_priority_tiers_keep_order_beyond_16_bits():
-    from infra.plan.model import PartitionAllocation
+    from gpufleet.plan.model import PartitionAllocation
 
     def alloc(name: str, prio: int) -> PartitionAllocation:
         return PartitionAllocation(name=name, mode="independent", requested_units=1, units=1, blocks=(0,), gpus=10,
@@ -132,9 +132,9 @@ def test_unit_requests_stay_in_one_block():
 def test_real_config_files_and_role_extravars(tmp_path: Path):
     import shutil
 
-    from infra.configure.extravars import check_no_secrets
-    from infra.pool.slurm.files import write_slurm_config
-    from infra.project import load_project
+    from gpufleet.configure.extravars import check_no_secrets
+    from gpufleet.pool.slurm.files import write_slurm_config
+    from gpufleet.project import load_project
 
     repo = Path(__file__).resolve().parents[2]
     for name in ("Pulumi.yaml",):
@@ -156,7 +156,7 @@ def test_real_config_files_and_role_extravars(tmp_path: Path):
 
 
 def _with_ops(spec, **ops: object):
-    from infra.spec import ClusterSpec
+    from gpufleet.spec import ClusterSpec
 
     raw = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
     raw["ops"] = {**raw.get("ops", {}), **ops}

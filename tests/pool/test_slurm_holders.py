@@ -12,14 +12,14 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from infra.errors import PoolError
-from infra.pool.protocol import Evicting, HasHolders, Holder, NodeState
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.cli import SlurmCli
-from infra.pool.slurm.jobs import RunningJob, parse_squeue, squeue_argv
-from infra.pool.slurm.transport import Completed, Status
-from infra.spec import UpgradeConfig
-from infra.upgrade.orchestrator import Upgrader
+from gpufleet.errors import PoolError
+from gpufleet.pool.protocol import Evicting, HasHolders, Holder, NodeState
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.jobs import RunningJob, parse_squeue, squeue_argv
+from gpufleet.pool.slurm.transport import Completed, Status
+from gpufleet.spec import UpgradeConfig
+from gpufleet.upgrade.orchestrator import Upgrader
 
 from .conftest import Cluster
 from .contract import record

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import PoolError
-from infra.pool.protocol import NodeState
-from infra.pool.slurm.nodes import Comment, parse_comment, parse_json, parse_text, pool_node, released_failures
+from gpufleet.errors import PoolError
+from gpufleet.pool.protocol import NodeState
+from gpufleet.pool.slurm.nodes import Comment, parse_comment, parse_json, parse_text, pool_node, released_failures
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -15,15 +15,15 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra.errors import PoolError
-from infra.gates.launch import LaunchSpec
-from infra.plan import build_plan
-from infra.pool.protocol import NodeState, PendingNode, record_digest
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.conf import unit_request_args
-from infra.pool.slurm.local import LocalSlurm
-from infra.pool.slurm.nodes import parse_json, parse_text
-from infra.spec import ClusterSpec, load_stack
+from gpufleet.errors import PoolError
+from gpufleet.gates.launch import LaunchSpec
+from gpufleet.plan import build_plan
+from gpufleet.pool.protocol import NodeState, PendingNode, record_digest
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.conf import unit_request_args
+from gpufleet.pool.slurm.local import LocalSlurm
+from gpufleet.pool.slurm.nodes import parse_json, parse_text
+from gpufleet.spec import ClusterSpec, load_stack
 
 from .conftest import Cluster
 from .contract import record

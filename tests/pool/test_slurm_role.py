@@ -17,11 +17,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "configure"))
 
-from infra.configure.inventory import ChrootConnection, Node  # noqa: E402
-from infra.configure.runner import AnsibleConfigurator, Verdict  # noqa: E402
-from infra.plan import build_plan  # noqa: E402
-from infra.pool.slurm.files import write_slurm_config  # noqa: E402
-from infra.project import load_project  # noqa: E402
+from gpufleet.configure.inventory import ChrootConnection, Node  # noqa: E402
+from gpufleet.configure.runner import AnsibleConfigurator, Verdict  # noqa: E402
+from gpufleet.plan import build_plan  # noqa: E402
+from gpufleet.pool.slurm.files import write_slurm_config  # noqa: E402
+from gpufleet.project import load_project  # noqa: E402
 
 from .conftest import small_spec  # noqa: E402
 
@@ -81,7 +81,7 @@ def applied(tmp_path_factory):
     from apt_fixture_repo import Pkg, build_deb, write_packages_index
     from configure_host import Overlay, build_base_rootfs, require_root
 
-    from infra.configure.collections import ensure_collections
+    from gpufleet.configure.collections import ensure_collections
 
     require_root("a debootstrap chroot")
     base = build_base_rootfs()

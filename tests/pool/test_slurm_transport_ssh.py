@@ -19,12 +19,12 @@ from typing import Iterator
 
 import pytest
 
-from infra.errors import PoolError
-from infra.gates.launch import LaunchSpec
-from infra.pool.protocol import NodeState, PendingNode
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.cli import SlurmCli
-from infra.pool.slurm.transport import SshTransport
+from gpufleet.errors import PoolError
+from gpufleet.gates.launch import LaunchSpec
+from gpufleet.pool.protocol import NodeState, PendingNode
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.transport import SshTransport
 
 from . import contract
 from .conftest import Cluster

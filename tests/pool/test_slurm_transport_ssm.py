@@ -18,9 +18,9 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from infra.errors import PoolError
-from infra.pool.slurm.cli import SlurmCli
-from infra.pool.slurm.transport import SSM_OUTPUT_LIMIT, SsmTransport, Status
+from gpufleet.errors import PoolError
+from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.transport import SSM_OUTPUT_LIMIT, SsmTransport, Status
 
 INSTANCE = "i-0c0ffee0c0ffee000"
 BUCKET = "dev-data-1a2b3c4d"

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ConfigError, PoolError
-from infra.pool.factory import SLURM_CLIENT_ENV, pool_for
-from infra.pool.slurm.adapter import SlurmPool
-from infra.pool.slurm.transport import FirstUseTransport, LocalTransport, SshTransport, SsmTransport
-from infra.project import load_project
-from infra.spec import ConfigureConfig, load_stack
+from gpufleet.errors import ConfigError, PoolError
+from gpufleet.pool.factory import SLURM_CLIENT_ENV, pool_for
+from gpufleet.pool.slurm.adapter import SlurmPool
+from gpufleet.pool.slurm.transport import FirstUseTransport, LocalTransport, SshTransport, SsmTransport
+from gpufleet.project import load_project
+from gpufleet.spec import ConfigureConfig, load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUTS = {"bucket": "dev-data-1a2b3c4d", "slurmControllerIp": "10.0.16.10",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from infra.reports.document import (Bar, BarChart, CaseStatus, Distribution, DistributionGroup, Document, HeatCell,
+from gpufleet.reports.document import (Bar, BarChart, CaseStatus, Distribution, DistributionGroup, Document, HeatCell,
                                     HeatMap, LineHistory, Paragraph, Section, Series, Span, Status, SummaryItem, Table,
                                     TestCase, TestCases, Timeline, Tone, ValueCount)
 

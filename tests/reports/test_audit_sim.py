@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.plan import build_plan
-from infra.reports.audit import RowStatus
-from infra.reports.audit_run import collect_audit
-from infra.sim import drift as sd
-from infra.spec import load_stack_path
+from gpufleet.cli import main
+from gpufleet.plan import build_plan
+from gpufleet.reports.audit import RowStatus
+from gpufleet.reports.audit_run import collect_audit
+from gpufleet.sim import drift as sd
+from gpufleet.spec import load_stack_path
 from tests.sim.conftest import make_project, open_cloud
 
 STACK = "audit20"

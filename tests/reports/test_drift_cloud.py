@@ -22,16 +22,16 @@ from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
 
-from infra import tagging as t
-from infra.cli import main
-from infra.project import Project
-from infra.reports import drift_cloud as dc
-from infra.reports.drift import DriftReport, LayerStatus, drift_document
-from infra.plan import build_plan
-from infra.reports.drift_run import DriftOptions, cloud_layer, run_drift
-from infra.reports.sources import Ec2Scanner, Sources, real_sources
-from infra.reports.write import render_all
-from infra.spec import load_stack
+from gpufleet import tagging as t
+from gpufleet.cli import main
+from gpufleet.project import Project
+from gpufleet.reports import drift_cloud as dc
+from gpufleet.reports.drift import DriftReport, LayerStatus, drift_document
+from gpufleet.plan import build_plan
+from gpufleet.reports.drift_run import DriftOptions, cloud_layer, run_drift
+from gpufleet.reports.sources import Ec2Scanner, Sources, real_sources
+from gpufleet.reports.write import render_all
+from gpufleet.spec import load_stack
 from tests.sim.conftest import make_project
 from tests.unit.moto_server import moto_client, moto_endpoint  # noqa: F401, F811 (pytest fixtures)
 
@@ -298,7 +298,7 @@ def test_the_drift_command_exits_0_on_a_clean_moto_stack_and_4_with_drift(tmp_pa
     fake = FakePulumi(previews=[("preview-clean.jsonl", 0, "")], refreshes=[("refresh-clean.jsonl", 0, "")],
                       state=state)
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=ec2)
-    monkeypatch.setattr("infra.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["--project", str(project.root), "drift", "-s", "dev", "--layer", "cloud", "--json",
                                   "--out", str(out)])
@@ -316,7 +316,7 @@ def test_the_drift_command_exits_1_when_a_layer_cannot_run(tmp_path, monkeypatch
     fake = FakePulumi(previews=[("preview-program-error.jsonl", 255, "error: update failed\n")],
                       refreshes=[("refresh-drift.jsonl", 0, "")])
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=_NoEc2())
-    monkeypatch.setattr("infra.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
     r = CliRunner().invoke(main, ["--project", str(project.root), "drift", "-s", "dev", "--layer", "cloud"])
     assert r.exit_code == 1, r.output
     assert "layer(s) could not run: cloud (code-vs-state: pulumi preview" in r.output
@@ -335,7 +335,7 @@ def test_the_audit_exits_1_when_the_fleet_cannot_be_read(tmp_path, monkeypatch):
         return FakePulumi.run(fake, args, *rest, **kw)
     monkeypatch.setattr(fake, "run", export_fails)
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=_NoEc2())
-    monkeypatch.setattr("infra.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
     r = CliRunner().invoke(main, ["--project", str(project.root), "audit", "-s", "dev"])
     assert r.exit_code == 1, r.output
     assert "pulumi stack export failed" in r.output and "no stack named 'gpu'" in r.output

@@ -12,14 +12,14 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from infra.gates.admission import AdmissionRecord, BusbwFigures
-from infra.gates.verdict import Action, Verdict
-from infra.reports.document import LineHistory
-from infra.reports.drift import DriftReport, LayerStatus, drift_document
-from infra.reports.drift_performance import PerfSnapshot, regressions, snapshot
-from infra.reports.drift_run import DriftOptions, performance_layer
-from infra.reports.sources import StoredBaselines
-from infra.reports.write import render_all
+from gpufleet.gates.admission import AdmissionRecord, BusbwFigures
+from gpufleet.gates.verdict import Action, Verdict
+from gpufleet.reports.document import LineHistory
+from gpufleet.reports.drift import DriftReport, LayerStatus, drift_document
+from gpufleet.reports.drift_performance import PerfSnapshot, regressions, snapshot
+from gpufleet.reports.drift_run import DriftOptions, performance_layer
+from gpufleet.reports.sources import StoredBaselines
+from gpufleet.reports.write import render_all
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=timezone.utc)
 BLOCKS, PER_BLOCK = 3, 4

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.plan import build_plan
-from infra.reports import drift_cloud as dc
-from infra.spec import load_stack_path
+from gpufleet.cli import main
+from gpufleet.plan import build_plan
+from gpufleet.reports import drift_cloud as dc
+from gpufleet.spec import load_stack_path
 from tests.sim.conftest import make_project, open_cloud
 
 STACK = "audit20"

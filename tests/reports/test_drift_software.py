@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.configure.executor import AnsibleExecutor
-from infra.configure.inventory import ChrootConnection
-from infra.configure.runner import AnsibleConfigurator
-from infra.reports.drift_software import CHECK_MODE, CheckModeHost, check_mode_findings
-from infra.reports.sources import AnsibleSoftware, facts_from_events
-from infra.rollout.ports import Instance
+from gpufleet.configure.executor import AnsibleExecutor
+from gpufleet.configure.inventory import ChrootConnection
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.reports.drift_software import CHECK_MODE, CheckModeHost, check_mode_findings
+from gpufleet.reports.sources import AnsibleSoftware, facts_from_events
+from gpufleet.rollout.ports import Instance
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = """

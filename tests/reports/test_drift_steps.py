@@ -3,7 +3,7 @@ detailedDiff paths, and security-group rules normalized across the state's and E
 
 from __future__ import annotations
 
-from infra.reports import drift_cloud as dc
+from gpufleet.reports import drift_cloud as dc
 
 URN = "urn:pulumi:gpu::gpufleet::gpufleet:compute:Compute$aws:ec2/instance:Instance::gpu-b0000-n00000"
 SIG = dc.SECRET_SIG_KEY

@@ -13,12 +13,12 @@ import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from infra.errors import ExternalCommandFailed
-from infra.reports import drift_cloud as dc
-from infra.reports.drift import LayerStatus
-from infra.reports.drift_run import DriftOptions, cloud_layer, reserved_capacity_ids
-from infra.reports.sources import Ec2Scanner, ec2_client
-from infra.spec import load_stack
+from gpufleet.errors import ExternalCommandFailed
+from gpufleet.reports import drift_cloud as dc
+from gpufleet.reports.drift import LayerStatus
+from gpufleet.reports.drift_run import DriftOptions, cloud_layer, reserved_capacity_ids
+from gpufleet.reports.sources import Ec2Scanner, ec2_client
+from gpufleet.spec import load_stack
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 STACK = "inference"

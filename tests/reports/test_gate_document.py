@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from infra.gates import bundle as B, junit as gate_junit, synth
-from infra.gates.evaluate import gate_cohort
-from infra.gates.settings import GateSettings
-from infra.reports.document import BarChart, CaseStatus, HeatMap, Status, TestCases
-from infra.reports.gate_document import gate_document
+from gpufleet.gates import bundle as B, junit as gate_junit, synth
+from gpufleet.gates.evaluate import gate_cohort
+from gpufleet.gates.settings import GateSettings
+from gpufleet.reports.document import BarChart, CaseStatus, HeatMap, Status, TestCases
+from gpufleet.reports.gate_document import gate_document
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_gate_command_writes_the_report(tmp_path):
 
     from click.testing import CliRunner
 
-    from infra.cli import main
+    from gpufleet.cli import main
 
     d = tmp_path / "bundles"
     for s in (synth.NodeSpec(slot="ok"), synth.NodeSpec(slot="slow", intra_busbw=300.0)):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.reports.document import Bar, BarChart, Document, HeatCell, HeatMap, Section, Series, Status
-from infra.reports.render import html, svg
+from gpufleet.reports.document import Bar, BarChart, Document, HeatCell, HeatMap, Section, Series, Status
+from gpufleet.reports.render import html, svg
 from tests.reports import chromium as C
 from tests.reports.sample import BUSBW, NODES, WHEN, sample_document
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from infra.reports.document import CaseStatus, Document, Section, Status, TestCase, TestCases
-from infra.reports.render import junit
+from gpufleet.reports.document import CaseStatus, Document, Section, Status, TestCase, TestCases
+from gpufleet.reports.render import junit
 from tests.reports.sample import WHEN, sample_document
 
 XSD = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "junit.xsd"

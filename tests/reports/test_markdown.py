@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from infra.reports.document import Document, Paragraph, Section, Status, Table
-from infra.reports.render import markdown
+from gpufleet.reports.document import Document, Paragraph, Section, Status, Table
+from gpufleet.reports.render import markdown
 from tests.reports.sample import WHEN, sample_document
 
 

@@ -10,10 +10,10 @@ from html.parser import HTMLParser
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from infra.reports.document import (Bar, BarChart, CaseStatus, Distribution, DistributionGroup, Document, HeatCell,
+from gpufleet.reports.document import (Bar, BarChart, CaseStatus, Distribution, DistributionGroup, Document, HeatCell,
                                     HeatMap, LineHistory, Paragraph, Section, Series, Span, Status, SummaryItem, Table,
                                     TestCase, TestCases, Timeline, ValueCount)
-from infra.reports.render import html, junit, markdown
+from gpufleet.reports.render import html, junit, markdown
 
 text = st.text(max_size=40)  # every code point hypothesis draws, surrogates and controls included
 number = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from infra.gates.admission import AdmissionRecord
-from infra.plan import build_plan
-from infra.reports import rollout as report
-from infra.reports.document import BarChart, HeatMap, Status, Timeline
-from infra.reports.render import html, junit, markdown
-from infra.reports.rollout_document import rollout_document, timeline_spans
+from gpufleet.gates.admission import AdmissionRecord
+from gpufleet.plan import build_plan
+from gpufleet.reports import rollout as report
+from gpufleet.reports.document import BarChart, HeatMap, Status, Timeline
+from gpufleet.reports.render import html, junit, markdown
+from gpufleet.reports.rollout_document import rollout_document, timeline_spans
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
 

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from infra.errors import ConfigError
-from infra.project import Project
-from infra.reports import write as W
+from gpufleet.errors import ConfigError
+from gpufleet.project import Project
+from gpufleet.reports import write as W
 from tests.reports.sample import sample_document
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from infra.cli import main
-from infra.rollout.journal import Journal, LocalJournalStore
-from infra.rollout.state import RolloutState
+from gpufleet.cli import main
+from gpufleet.rollout.journal import Journal, LocalJournalStore
+from gpufleet.rollout.state import RolloutState
 
 
 def rollout(project: Path, stack: str, *args: str) -> Result:
@@ -36,8 +36,8 @@ def snapshot(project: Path, stack: str) -> dict[str, Any]:
     it was dead, which takes no modelled time, so its clock (and every record's time, and the
     digest the pool keeps of the record) runs a little differently. The digest is checked against
     the record instead."""
-    from infra.gates.admission import AdmissionRecord
-    from infra.pool.protocol import record_digest
+    from gpufleet.gates.admission import AdmissionRecord
+    from gpufleet.pool.protocol import record_digest
 
     sd = project / ".gpufleet" / stack
     pool = json.loads((sd / "pool.json").read_text())

@@ -1,8 +1,8 @@
 """Small in-test fakes of the rollout's ports: a cloud whose faults the test names slot by slot.
 
 Why not the simulator: these tests pin one orchestrator rule each (halt, remediate once, spares),
-so each fault is placed by hand; the end-to-end tests use `infra.sim`. Bundles come from
-`infra.gates.synth` (the real tools' formats), so the real gates decide; multi-node runs answer in
+so each fault is placed by hand; the end-to-end tests use `gpufleet.sim`. Bundles come from
+`gpufleet.gates.synth` (the real tools' formats), so the real gates decide; multi-node runs answer in
 nccl-tests' format from a tiny fabric (a bad node slows every run it is in, a bad link only the
 runs whose ring crosses it).
 """
@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from infra.gates import bundle as B, synth
-from infra.gates.launch import LaunchSpec
-from infra.pool.protocol import LaunchResult
-from infra.rollout.ports import HostOutcome, HostStatus, Instance, ProvisionResult, StageResult
+from gpufleet.gates import bundle as B, synth
+from gpufleet.gates.launch import LaunchSpec
+from gpufleet.pool.protocol import LaunchResult
+from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, ProvisionResult, StageResult
 
 T0 = datetime(2026, 7, 14, 8, 0, tzinfo=timezone.utc)
 

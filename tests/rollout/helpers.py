@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infra.gates import synth
-from infra.gates.settings import GateSettings
-from infra.plan import build_plan
-from infra.pool.sim import SimPool
-from infra.rollout.backends import LocalJournalStore
-from infra.rollout.journal import Journal
-from infra.rollout.orchestrator import Adapters, Options, Orchestrator
-from infra.spec import ClusterSpec
+from gpufleet.gates import synth
+from gpufleet.gates.settings import GateSettings
+from gpufleet.plan import build_plan
+from gpufleet.pool.sim import SimPool
+from gpufleet.rollout.backends import LocalJournalStore
+from gpufleet.rollout.journal import Journal
+from gpufleet.rollout.orchestrator import Adapters, Options, Orchestrator
+from gpufleet.spec import ClusterSpec
 
 from tests.rollout.fakes import FakeCloud
 

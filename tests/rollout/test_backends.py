@@ -7,11 +7,11 @@ import socket
 
 import pytest
 
-from infra.errors import LockHeld
-from infra.rollout.backends import DynamoLock, S3JournalStore, open_backend
-from infra.rollout.journal import Journal
-from infra.rollout.lock import LockInfo
-from infra.spec import S3Backend
+from gpufleet.errors import LockHeld
+from gpufleet.rollout.backends import DynamoLock, S3JournalStore, open_backend
+from gpufleet.rollout.journal import Journal
+from gpufleet.rollout.lock import LockInfo
+from gpufleet.spec import S3Backend
 
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator

@@ -10,13 +10,13 @@ from io import StringIO
 
 import pytest
 
-from infra.errors import PoolError
-from infra.gates import synth
-from infra.pool.protocol import LaunchResult
-from infra.reports import rollout as report
-from infra.rollout.baselines import judge, ranks_and_hosts, scale_summary
-from infra.rollout.display import PlainDisplay
-from infra.plan import build_plan
+from gpufleet.errors import PoolError
+from gpufleet.gates import synth
+from gpufleet.pool.protocol import LaunchResult
+from gpufleet.reports import rollout as report
+from gpufleet.rollout.baselines import judge, ranks_and_hosts, scale_summary
+from gpufleet.rollout.display import PlainDisplay
+from gpufleet.plan import build_plan
 
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, settings, small_spec
@@ -88,7 +88,7 @@ def test_the_report_renders_markdown_and_junit_from_the_journal(tmp_path):
     assert {q.slot: q.reason_code for q in rep.quarantined} == {slot: "nvlink-down", "tst-b0007-n00007": "configure-failed"}
     assert [(r.slot, r.old_instance != r.new_instance) for r in rep.replacements] == [(slot, True), ("tst-b0007-n00007", True)]
     assert rep.partitions[0].units_available == rep.partitions[0].units_planned == 12
-    from infra.gates.admission import AdmissionRecord
+    from gpufleet.gates.admission import AdmissionRecord
     records = [AdmissionRecord.model_validate(n.record) for n in out.state.nodes.values() if n.record]
     paths = {p.name: p for p in report.write(rep, records, tmp_path / "reports")}
     assert set(paths) == {"rollout.json", "rollout.md", "rollout-junit.xml", "rollout.html"}
@@ -116,7 +116,7 @@ def test_the_plain_display_prints_a_line_when_a_batch_changes_stage(tmp_path):
 
 
 def test_a_terminal_gets_the_rich_table(tmp_path):
-    from infra.rollout.display import RichDisplay, make_display
+    from gpufleet.rollout.display import RichDisplay, make_display
 
     class Tty(StringIO):
         def isatty(self) -> bool:

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from infra.rollout import journal as journal_mod
-from infra.rollout.journal import Journal, LocalJournalStore
+from gpufleet.rollout import journal as journal_mod
+from gpufleet.rollout.journal import Journal, LocalJournalStore
 
 from tests.rollout.e2e import journal_state, rollout, snapshot
 from tests.rollout.project import make_project, seed_program_cache
@@ -88,7 +88,7 @@ def test_killed_again_and_again_in_process_resumes_identically(reference, tmp_pa
 
 
 def _cli(project, *args, env=None):
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "--project", str(project), "rollout", "-s", STACK,
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "--project", str(project), "rollout", "-s", STACK,
                              *args], env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
@@ -140,7 +140,7 @@ def test_the_full_size_rollout_killed_and_resumed(tmp_path):
     ref = snapshot(ref_project, "local")
     total = journal_state(ref_project, "local").events
     project = fresh(tmp_path, ref_project, "killed", "local")
-    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "--project", str(project), "rollout", "-s", "local"],
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "--project", str(project), "rollout", "-s", "local"],
                             env={**os.environ, journal_mod.KILL_ENV: str(total * 2 // 3)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert proc.wait(timeout=300) == -signal.SIGKILL

@@ -15,10 +15,10 @@ import textwrap
 
 import pytest
 
-from infra.plan import plan_stack
-from infra.project import load_project
-from infra.sim.cloud import SimulatedCloud
-from infra.spec import load_stack_path
+from gpufleet.plan import plan_stack
+from gpufleet.project import load_project
+from gpufleet.sim.cloud import SimulatedCloud
+from gpufleet.spec import load_stack_path
 
 from tests.rollout.e2e import journal_state, ledger_events, rollout, snapshot
 from tests.rollout.project import make_project, seed_program_cache
@@ -143,7 +143,7 @@ def test_a_live_holder_of_the_lock_stops_a_second_rollout(tmp_path):
     hold = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from infra.rollout.lock import FileLock, LockInfo
+        from gpufleet.rollout.lock import FileLock, LockInfo
         FileLock(Path({str(lock)!r}), LockInfo.mine("crash40")).acquire()
         print("held", flush=True)
         time.sleep(60)

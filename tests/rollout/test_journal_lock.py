@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from infra.errors import LockHeld
-from infra.rollout.journal import Journal, JournalError, LocalJournalStore
-from infra.rollout.lock import FileLock, LockInfo
-from infra.rollout.state import IllegalTransition
+from gpufleet.errors import LockHeld
+from gpufleet.rollout.journal import Journal, JournalError, LocalJournalStore
+from gpufleet.rollout.lock import FileLock, LockInfo
+from gpufleet.rollout.state import IllegalTransition
 
 START = {"type": "rollout", "to": "started", "batches": [1]}
 RUN = {"type": "batch", "batch": 1, "to": "running"}
@@ -88,7 +88,7 @@ def test_a_corrupt_line_before_the_end_is_an_error_naming_it(tmp_path):
 def test_the_kill_hook_sigkills_after_the_nth_append(tmp_path):
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from infra.rollout.journal import Journal, LocalJournalStore
+        from gpufleet.rollout.journal import Journal, LocalJournalStore
         j = Journal(LocalJournalStore(Path({str(tmp_path / 'journal.jsonl')!r})), "t", kill_after=2)
         j.load()
         j.append({START!r})
@@ -105,7 +105,7 @@ def test_the_kill_hook_sigkills_after_the_nth_append(tmp_path):
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from infra.rollout.lock import FileLock, LockInfo
+    from gpufleet.rollout.lock import FileLock, LockInfo
     lock = FileLock(Path(sys.argv[1]), LockInfo.mine("t"))
     lock.acquire()
     print("held", flush=True)

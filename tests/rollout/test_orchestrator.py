@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra.pool.protocol import NodeState
-from infra.rollout.journal import Journal, LocalJournalStore
-from infra.rollout.state import BatchStage, NodeStage
-from infra.rollout.timeline import BatchTimes, timeline
+from gpufleet.pool.protocol import NodeState
+from gpufleet.rollout.journal import Journal, LocalJournalStore
+from gpufleet.rollout.state import BatchStage, NodeStage
+from gpufleet.rollout.timeline import BatchTimes, timeline
 
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
@@ -223,7 +223,7 @@ def test_a_halt_waits_for_the_batch_provisioned_ahead_and_records_it(tmp_path):
 
 
 def test_resuming_with_a_changed_layout_is_refused(tmp_path):
-    from infra.errors import ConfigError
+    from gpufleet.errors import ConfigError
 
     cloud = FakeCloud()
     orchestrator(tmp_path, cloud, small_spec(), until_batch=1).run()

@@ -21,11 +21,11 @@ from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
 
-from infra.errors import ProvisioningError
-from infra.plan.model import NodeSlot
-from infra.project import Project
-from infra.rollout.ports import Provisioner
-from infra.rollout.pulumi_provisioner import PulumiProvisioner, ProvisionProgress, RetryPolicy
+from gpufleet.errors import ProvisioningError
+from gpufleet.plan.model import NodeSlot
+from gpufleet.project import Project
+from gpufleet.rollout.ports import Provisioner
+from gpufleet.rollout.pulumi_provisioner import PulumiProvisioner, ProvisionProgress, RetryPolicy
 from tests.unit.moto_server import moto_client, moto_endpoint  # noqa: F401 (fixtures)
 
 EVENTS = Path(__file__).parent / "fixtures" / "pulumi_events"
@@ -142,7 +142,7 @@ EXPORT = ["stack", "export", "--stack", STACK]
 
 def _provisioner(fake: FakePulumi, tmp_path: Path, ec2=None, progress=None, attempts: int = 3):
     project = Project(root=tmp_path, name="gpufleet", stacks_dir=tmp_path / "stacks")
-    from infra.spec import load_stack
+    from gpufleet.spec import load_stack
 
     sleeps: list[float] = []
     p = PulumiProvisioner.for_stack(load_stack("dev"), project, STACK, pulumi_command=fake,
@@ -345,7 +345,7 @@ def test_an_unknown_replace_action_is_refused(tmp_path):
 
 
 def test_the_urn_it_targets_is_the_one_the_program_registers(tmp_path):
-    from infra.cloud.capture import capture_program
+    from gpufleet.cloud.capture import capture_program
 
     cap = capture_program("dev", target_batch=1)
     node = next(r for r in cap.of_type("aws:ec2/instance:Instance") if r.name == "dev-b0000-n00000")

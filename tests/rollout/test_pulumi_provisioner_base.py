@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import ProvisioningError
-from infra.rollout.ports import BaseProvisioner, Instance
+from gpufleet.errors import ProvisioningError
+from gpufleet.rollout.ports import BaseProvisioner, Instance
 from tests.rollout.test_pulumi_provisioner import (AFTER_UP, GET_TARGET, SELECT, SET_TARGET, UP, FakePulumi, _argv,
                                                    _provisioner)
 

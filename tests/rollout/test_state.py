@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.rollout.state import BatchStage, IllegalTransition, NodeStage, fold
+from gpufleet.rollout.state import BatchStage, IllegalTransition, NodeStage, fold
 
 OUTCOME = {"verdict": "REMEDIATE", "action": "retest", "attempt": 1, "reason_codes": ["busbw-outlier"]}
 RECORD_FREE = {"action": "quarantine", "reason_code": "xid-79", "reason": "fell off the bus"}

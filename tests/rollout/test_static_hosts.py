@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import catalog
-from infra.errors import ConfigError, PoolError, ProvisioningError
-from infra.gates.launch import launch_spec
-from infra.gates.settings import GateSettings
-from infra.plan import plan_stack
-from infra.pool.slurm.conf import LocalFlavour, generate
-from infra.rollout.baselines import NetworkRunner
-from infra.rollout.static_hosts import StaticHostsProvisioner, parse_inventory
-from infra.spec import ClusterSpec, load_stack_path
+from gpufleet import catalog
+from gpufleet.errors import ConfigError, PoolError, ProvisioningError
+from gpufleet.gates.launch import launch_spec
+from gpufleet.gates.settings import GateSettings
+from gpufleet.plan import plan_stack
+from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.rollout.baselines import NetworkRunner
+from gpufleet.rollout.static_hosts import StaticHostsProvisioner, parse_inventory
+from gpufleet.spec import ClusterSpec, load_stack_path
 
 STACK_FILE = Path(__file__).resolve().parents[1] / "integration" / "Pulumi.rehearsal.yaml"
 
@@ -116,7 +116,7 @@ def test_srun_mpi_comes_from_the_settings_into_every_round(spec):
 
 
 def test_srun_mpi_refuses_what_slurm_has_no_plugin_for():
-    from infra.spec import PoolConfig
+    from gpufleet.spec import PoolConfig
 
     assert PoolConfig(type="slurm").srun_mpi == "pmix"
     assert PoolConfig(type="slurm", srun_mpi="pmix_v5").srun_mpi == "pmix_v5"

@@ -8,14 +8,14 @@ from __future__ import annotations
 import functools
 from types import SimpleNamespace
 
-from infra.bom import load_bom
-from infra.configure import executor as executor_module
-from infra.configure.runner import AnsibleConfigurator
-from infra.plan import plan_stack
-from infra.rollout import pulumi_provisioner, wiring
-from infra.rollout.ports import BaseProvisioner, Instance
-from infra.rollout.storage_base import PLAYBOOK, StorageClientsBase
-from infra.spec import load_stack
+from gpufleet.bom import load_bom
+from gpufleet.configure import executor as executor_module
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.plan import plan_stack
+from gpufleet.rollout import pulumi_provisioner, wiring
+from gpufleet.rollout.ports import BaseProvisioner, Instance
+from gpufleet.rollout.storage_base import PLAYBOOK, StorageClientsBase
+from gpufleet.spec import load_stack
 from tests.rollout.test_wiring_real import SLURM_OUTPUTS, FakeProvisioner, RecordingBackend, project  # noqa: F401
 
 CLIENTS = {f"dev-storage-client-{i}": Instance(f"dev-storage-client-{i}", f"i-0c1e47000000000{i}", 0, 0, f"10.0.0.25{i}")

@@ -15,14 +15,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra.configure import executor as executor_module
-from infra.configure.runner import AnsibleConfigurator
-from infra.errors import ConfigError, ConfigErrors, PoolError
-from infra.plan import plan_stack
-from infra.project import find_project
-from infra.rollout import pulumi_provisioner, wiring
-from infra.rollout.ports import HostStatus, Instance
-from infra.spec import ClusterSpec, ConfigureConfig, load_stack, raw_from_stack_yaml
+from gpufleet.configure import executor as executor_module
+from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.errors import ConfigError, ConfigErrors, PoolError
+from gpufleet.plan import plan_stack
+from gpufleet.project import find_project
+from gpufleet.rollout import pulumi_provisioner, wiring
+from gpufleet.rollout.ports import HostStatus, Instance
+from gpufleet.spec import ClusterSpec, ConfigureConfig, load_stack, raw_from_stack_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_OUTPUTS = {"bucket": "dev-data-1a2b3c4d", "fsxDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",

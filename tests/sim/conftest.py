@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import pytest
 
-from infra.plan import build_plan
-from infra.project import Project, load_project
-from infra.sim import SimulatedCloud
-from infra.sim import world as W
-from infra.sim.cloud import captured_instances, program_cache_key
-from infra.spec import ClusterSpec, load_stack_path
+from gpufleet.plan import build_plan
+from gpufleet.project import Project, load_project
+from gpufleet.sim import SimulatedCloud
+from gpufleet.sim import world as W
+from gpufleet.sim.cloud import captured_instances, program_cache_key
+from gpufleet.spec import ClusterSpec, load_stack_path
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_KINDS = ("ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",

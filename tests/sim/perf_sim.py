@@ -14,12 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.gates.bundle import find_bundles, read_bundle
-from infra.gates.evaluate import gate_cohort
-from infra.gates.settings import GateSettings
-from infra.gates.versions import expectations
-from infra.plan import build_plan
-from infra.sim import SimulatedCloud
+from gpufleet.gates.bundle import find_bundles, read_bundle
+from gpufleet.gates.evaluate import gate_cohort
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.versions import expectations
+from gpufleet.plan import build_plan
+from gpufleet.sim import SimulatedCloud
 
 from .conftest import REPO, make_project, make_spec
 

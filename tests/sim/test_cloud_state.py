@@ -14,14 +14,14 @@ from datetime import timedelta
 
 import pytest
 
-from infra.errors import ConfigError, ProvisioningError
-from infra.gates import bundle as B
-from infra.plan import build_plan
-from infra.sim import EPOCH, SimulatedCloud
-from infra.sim import cloud as cloud_module
-from infra.sim import world as W
-from infra.sim.faults import place_faults
-from infra.spec import ClusterSpec
+from gpufleet.errors import ConfigError, ProvisioningError
+from gpufleet.gates import bundle as B
+from gpufleet.plan import build_plan
+from gpufleet.sim import EPOCH, SimulatedCloud
+from gpufleet.sim import cloud as cloud_module
+from gpufleet.sim import world as W
+from gpufleet.sim.faults import place_faults
+from gpufleet.spec import ClusterSpec
 
 from .conftest import REPO, make_project, make_spec, open_cloud
 
@@ -100,11 +100,11 @@ def test_state_survives_a_new_process_and_a_kill(project, tmp_path):
         import os, signal, sys
         from pathlib import Path
         sys.path.insert(0, {str(REPO)!r})
-        from infra.plan import build_plan
-        from infra.project import load_project
-        from infra.sim import EPOCH, SimulatedCloud
-        from infra.spec import ClusterSpec
-        import infra.sim.cloud as c
+        from gpufleet.plan import build_plan
+        from gpufleet.project import load_project
+        from gpufleet.sim import EPOCH, SimulatedCloud
+        from gpufleet.spec import ClusterSpec
+        import gpufleet.sim.cloud as c
         c.captured_instances = lambda *a: sys.exit("the program must come from the cache")
         spec = ClusterSpec.model_validate_json({spec.model_dump_json(by_alias=True)!r})
         cloud = SimulatedCloud.open(spec, build_plan(spec), load_project(Path({str(project.root)!r})), "local")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra.gates.baseline import large_message_busbw
-from infra.gates.isolation import isolate
-from infra.gates.launch import launch_spec, round_specs
-from infra.gates.parsers import nccl_debug, nccl_tests
+from gpufleet.gates.baseline import large_message_busbw
+from gpufleet.gates.isolation import isolate
+from gpufleet.gates.launch import launch_spec, round_specs
+from gpufleet.gates.parsers import nccl_debug, nccl_tests
 
 from .conftest import make_spec
 

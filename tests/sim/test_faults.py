@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.errors import ConfigError, ConfigErrors
-from infra.plan import build_plan
-from infra.sim.faults import EFFECTS, active_faults, fault_counts, place_faults
+from gpufleet.errors import ConfigError, ConfigErrors
+from gpufleet.plan import build_plan
+from gpufleet.sim.faults import EFFECTS, active_faults, fault_counts, place_faults
 
 from .conftest import ALL_KINDS, make_spec
 
@@ -14,7 +14,7 @@ from .conftest import ALL_KINDS, make_spec
 def test_the_effect_table_covers_every_configurable_kind():
     from typing import get_args
 
-    from infra.spec import SimFaultKind
+    from gpufleet.spec import SimFaultKind
 
     assert set(get_args(SimFaultKind)) == set(EFFECTS) == set(ALL_KINDS)
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from infra.gates import bundle as B
-from infra.gates.checks import _from_csv, _from_q
-from infra.gates.launch import launch_spec
-from infra.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi
-from infra.gates.parsers.common import strip_rank_prefix
+from gpufleet.gates import bundle as B
+from gpufleet.gates.checks import _from_csv, _from_q
+from gpufleet.gates.launch import launch_spec
+from gpufleet.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi
+from gpufleet.gates.parsers.common import strip_rank_prefix
 
 from .conftest import make_project, make_spec, open_cloud
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.gates.bundle import find_bundles, read_bundle
-from infra.gates.evaluate import gate_cohort
-from infra.gates.settings import GateSettings
-from infra.gates.versions import expectations
-from infra.gates.verdict import Action
-from infra.rollout.ports import HostStatus
-from infra.sim import EFFECTS
+from gpufleet.gates.bundle import find_bundles, read_bundle
+from gpufleet.gates.evaluate import gate_cohort
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.versions import expectations
+from gpufleet.gates.verdict import Action
+from gpufleet.rollout.ports import HostStatus
+from gpufleet.sim import EFFECTS
 
 from .conftest import ALL_KINDS, make_spec
 

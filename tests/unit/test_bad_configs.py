@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from botocore.stub import Stubber
 
-from infra import validate_cloud
-from infra.cli import main
+from gpufleet import validate_cloud
+from gpufleet.cli import main
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "bad_stacks"
 CASES = sorted(CORPUS.glob("Pulumi.*.yaml"))

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from moto_server import moto_client, moto_endpoint  # noqa: F401  (fixtures)
 
-from infra import catalog
-from infra.findings import Level
+from gpufleet import catalog
+from gpufleet.findings import Level
 
 REGION = "us-east-1"
 

@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.errors import DriftDetected, ExternalCommandFailed, GateFailed
+from gpufleet.cli import main
+from gpufleet.errors import DriftDetected, ExternalCommandFailed, GateFailed
 
 
 def run(*args):
@@ -83,7 +83,7 @@ def test_missing_stack_exits_2_and_names_the_file():
 
 
 def test_library_errors_map_to_their_exit_codes(monkeypatch):
-    import infra.plan as plan_module
+    import gpufleet.plan as plan_module
 
     for exc, code in ((GateFailed("2 nodes quarantined"), 3), (DriftDetected("1 resource differs"), 4),
                       (ExternalCommandFailed("ec2:DescribeInstances", "Throttling"), 1), (RuntimeError("bug"), 1)):
@@ -96,8 +96,8 @@ def test_library_errors_map_to_their_exit_codes(monkeypatch):
 
 
 def test_image_prints_the_packer_build_with_the_bom_digest():
-    from infra.bom import load_bom, resolve_bom_path
-    from infra.spec import load_stack
+    from gpufleet.bom import load_bom, resolve_bom_path
+    from gpufleet.spec import load_stack
 
     result = run("image", "-s", "dev", "--json")
     assert result.exit_code == 0, result.output

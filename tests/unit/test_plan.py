@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from infra import catalog
-from infra.findings import Level
-from infra.plan import build_plan, plan_stack
-from infra.plan.batches import plan_batches
-from infra.plan.memory import memory_fit
-from infra.plan.network import pod_ips_per_node, smallest_prefix, subnet_budget
-from infra.plan.partitions import allocate
-from infra.plan.storage import capacity_gib, plan_storage
-from infra.plan.topology import build_topology, layout, max_blast_radius, slot_name
-from infra.spec import ClusterSpec, ModelConfig, Partition, PodNetworking, StorageConfig, load_stack
+from gpufleet import catalog
+from gpufleet.findings import Level
+from gpufleet.plan import build_plan, plan_stack
+from gpufleet.plan.batches import plan_batches
+from gpufleet.plan.memory import memory_fit
+from gpufleet.plan.network import pod_ips_per_node, smallest_prefix, subnet_budget
+from gpufleet.plan.partitions import allocate
+from gpufleet.plan.storage import capacity_gib, plan_storage
+from gpufleet.plan.topology import build_topology, layout, max_blast_radius, slot_name
+from gpufleet.spec import ClusterSpec, ModelConfig, Partition, PodNetworking, StorageConfig, load_stack
 
 
 def spec_with(**overrides) -> ClusterSpec:
@@ -245,7 +245,7 @@ def test_h200_units_hold_more():
 # --- whole plan ------------------------------------------------------------------------------
 
 def test_every_shipped_stack_validates_without_error():
-    from infra.spec import available_stacks
+    from gpufleet.spec import available_stacks
 
     stacks = available_stacks()
     assert {"local", "dev", "prod", "inference"} <= set(stacks)
@@ -255,7 +255,7 @@ def test_every_shipped_stack_validates_without_error():
 
 
 def test_plan_json_round_trips_with_schema_version():
-    from infra.plan.model import ClusterPlan
+    from gpufleet.plan.model import ClusterPlan
 
     plan = build_plan(load_stack("local"))
     again = ClusterPlan.model_validate_json(plan.model_dump_json())

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from infra import catalog
-from infra.plan import build_plan
-from infra.spec import ClusterSpec
+from gpufleet import catalog
+from gpufleet.plan import build_plan
+from gpufleet.spec import ClusterSpec
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -186,6 +186,6 @@ def test_oracle_on_hand_computed_nodes(max_pods, warm_eni, warm_ip, minimum_ip, 
 
 def test_headroom_is_computed_in_exact_decimals():
     """770 addresses + 10 % is 847, not the 848 float rounding gives (found by the oracle above)."""
-    from infra.plan.network import subnet_budget
+    from gpufleet.plan.network import subnet_budget
 
     assert subnet_budget("compute", "10.0.0.0/22", 770, 0.1).needed == 847 + 5

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.errors import ConfigError
-from infra.init_project import project_files, read_template, template_member, write_project
-from infra.project import PROJECT_ENV, current_project, find_project, program_project
+from gpufleet.cli import main
+from gpufleet.errors import ConfigError
+from gpufleet.init_project import project_files, read_template, template_member, write_project
+from gpufleet.project import PROJECT_ENV, current_project, find_project, program_project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,7 +170,7 @@ def test_a_stack_file_that_is_not_utf8_exits_2_naming_the_file(project, monkeypa
 
 
 def test_the_configurator_runs_the_projects_playbooks(project, monkeypatch):
-    from infra.configure.runner import AnsibleConfigurator
+    from gpufleet.configure.runner import AnsibleConfigurator
 
     monkeypatch.chdir(project / "images")
     conf = AnsibleConfigurator(project / ".gpufleet" / "dev", collections=project)
@@ -178,7 +178,7 @@ def test_the_configurator_runs_the_projects_playbooks(project, monkeypatch):
 
 
 def test_the_collections_cache_is_per_user_and_can_be_moved(tmp_path, monkeypatch):
-    from infra.configure.collections import collections_path
+    from gpufleet.configure.collections import collections_path
 
     monkeypatch.delenv("GPUFLEET_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -190,7 +190,7 @@ def test_the_collections_cache_is_per_user_and_can_be_moved(tmp_path, monkeypatc
 def test_collections_are_extracted_into_the_shared_cache_once(tmp_path):
     import zipfile
 
-    from infra.configure.collections import ensure_collections
+    from gpufleet.configure.collections import ensure_collections
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -221,8 +221,8 @@ def test_the_program_checks_the_bom_of_the_project_pulumi_runs_it_for(project, m
     """`pulumi up` in `project` (cwd at `main:`, here another checkout's infra/): its BOM decides."""
     import pulumi
 
-    from infra.cloud.capture import capture_program
-    from infra.spec import load_stack_path
+    from gpufleet.cloud.capture import capture_program
+    from gpufleet.spec import load_stack_path
 
     edit_yaml(project / "images" / "bom.yaml", lambda d: d["components"]["fabric_manager"].update(version="570.1.1"))
     spec = load_stack_path(project / "stacks" / "Pulumi.dev.yaml")
@@ -251,8 +251,9 @@ def test_init_writes_a_project_that_validates_from_inside(tmp_path, monkeypatch)
     pulumi_yaml = yaml.safe_load((target / "Pulumi.yaml").read_text())
     assert pulumi_yaml["name"] == "My-Cluster" and pulumi_yaml["stackConfigDir"] == "stacks"
     assert "main" not in pulumi_yaml  # Pulumi runs ./__main__.py, the shim of the installed program
-    assert 'runpy.run_module("infra", run_name="__main__")' in (target / "__main__.py").read_text()
-    assert 'runpy.run_module("policies", run_name="__main__")' in (target / "policies" / "__main__.py").read_text()
+    assert "from gpufleet.cloud.program import run_program\n\nrun_program(mocked=False)" in (
+        target / "__main__.py").read_text()
+    assert "from gpufleet.policies.pack import run_pack\n\nrun_pack()" in (target / "policies" / "__main__.py").read_text()
     assert yaml.safe_load((target / "policies" / "PulumiPolicy.yaml").read_text())["runtime"]
     assert "/.gpufleet/" in (target / ".gitignore").read_text()
     assert sorted(p.name for p in (target / "stacks").iterdir()) == ["Pulumi.dev.yaml"]
@@ -270,8 +271,8 @@ def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_
     """pulumi-language-python-exec: chdir to the project, then runpy.run_path(".", run_name="__main__")."""
     import runpy
 
-    from infra.cloud import capture, program
-    from infra.spec import load_stack_path
+    from gpufleet.cloud import capture, program
+    from gpufleet.spec import load_stack_path
 
     target = tmp_path / "fresh"
     assert run("init", str(target)).exit_code == 0
@@ -283,7 +284,7 @@ def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_
         return ran[-1]
 
     def as_pulumi_starts_it(*, mocked: bool):
-        runpy.run_path(".", run_name="__main__")  # ./__main__.py -> runpy.run_module("infra") -> run_program
+        runpy.run_path(".", run_name="__main__")  # ./__main__.py -> gpufleet.cloud.program.run_program
         return ran[-1]
 
     monkeypatch.setattr(program, "run_program", recorded)

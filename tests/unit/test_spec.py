@@ -8,8 +8,8 @@ import pulumi
 import pulumi.runtime.config as runtime_config
 import pytest
 
-from infra.errors import ConfigError
-from infra.spec import (ClusterSpec, available_stacks, load_from_pulumi_config, load_stack, pulumi_config_from_raw,
+from gpufleet.errors import ConfigError
+from gpufleet.spec import (ClusterSpec, available_stacks, load_from_pulumi_config, load_stack, pulumi_config_from_raw,
                         raw_from_stack_yaml, stack_file)
 
 

@@ -14,12 +14,12 @@ from botocore.stub import ANY, Stubber
 from click.testing import CliRunner
 from moto_server import moto_client, moto_endpoint  # noqa: F401  (fixtures)
 
-from infra import validate_cloud
-from infra.errors import ExternalCommandFailed
-from infra.findings import error
-from infra.plan import build_plan
-from infra.spec import load_stack
-from infra.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, modelled_rollout
+from gpufleet import validate_cloud
+from gpufleet.errors import ExternalCommandFailed
+from gpufleet.findings import error
+from gpufleet.plan import build_plan
+from gpufleet.spec import load_stack
+from gpufleet.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, modelled_rollout
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 ACCOUNT = "123456789012"
@@ -350,7 +350,7 @@ def test_default_clients_use_the_stack_region_and_three_retries():
 # --- the CLI ----------------------------------------------------------------------------------
 
 def test_cli_validate_cloud_error_finding_exits_2(monkeypatch):
-    from infra.cli import main
+    from gpufleet.cli import main
 
     seen = {}
 
@@ -365,7 +365,7 @@ def test_cli_validate_cloud_error_finding_exits_2(monkeypatch):
 
 
 def test_cli_validate_cloud_api_failure_exits_1(monkeypatch):
-    from infra.cli import main
+    from gpufleet.cli import main
 
     def fake(spec, plan):
         raise ExternalCommandFailed("AWS ec2 DescribeCapacityReservations", "RequestLimitExceeded: slow down")

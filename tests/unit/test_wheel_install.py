@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.init_project import template_member
+from gpufleet.init_project import template_member
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_INPUTS = ("pyproject.toml", "README.md", "infra", "policies", "playbooks", "images", "stacks")
@@ -101,12 +101,39 @@ def _nodes(proc: subprocess.CompletedProcess) -> int:
 
 
 def test_the_installed_package_is_the_wheel_not_this_checkout(installed):
-    origin = installed.py("import infra; print(infra.__file__)", cwd=installed.venv)  # `-c` puts the cwd first
+    origin = installed.py("import gpufleet; print(gpufleet.__file__)", cwd=installed.venv)  # `-c` puts the cwd first
     assert Path(origin.strip()).is_relative_to(installed.site_packages)
 
 
+def test_the_wheel_installs_one_top_level_import_package_gpufleet(installed):
+    """A generic name (`infra`, `policies`) in site-packages collides with any other project's."""
+    site = installed.site_packages
+    [dist_info] = site.glob("gpufleet-*.dist-info")
+    assert (dist_info / "top_level.txt").read_text().split() == ["gpufleet"]
+    tops = {p.name for p in site.iterdir() if not p.name.endswith(".dist-info") and p.name != "__pycache__"}
+    assert tops == {"gpufleet"}, tops
+    for generic in ("infra", "policies"):
+        proc = subprocess.run([str(installed.python), "-c", f"import {generic}"], cwd=installed.venv,
+                              env=installed.env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, (generic, proc.stderr)
+
+
+def test_a_user_project_with_its_own_infra_folder_works(installed, project):
+    """The collision this name fixes: a project folder named infra/ (a package even) shadowed ours."""
+    (project / "infra").mkdir()
+    (project / "infra" / "__init__.py").write_text("raise ImportError('the user project infra package')\n")
+    (project / "policies").mkdir()
+    (project / "policies" / "__init__.py").write_text("raise ImportError('the user project policies package')\n")
+    assert _nodes(installed.run("plan", "-s", "dev", "--json", cwd=project)) == 4
+    # Pulumi runs a project's __main__.py with the project root first on sys.path: imports still find ours
+    assert installed.py("import gpufleet.cli, gpufleet.cloud.program, gpufleet.policies.rules; print('ok')",
+                        cwd=project).strip() == "ok"
+    version = installed.run("--version", cwd=project)
+    assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr
+
+
 def test_the_wheels_project_template_is_the_repositorys_files(installed):
-    template = installed.site_packages / "infra" / "_template"
+    template = installed.site_packages / "gpufleet" / "_template"
 
     def files(root: Path) -> dict[str, bytes]:
         return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -157,8 +184,8 @@ def test_init_makes_a_project_that_validates_and_runs_the_installed_program(inst
     # policies/__main__.py with policies/ first (the pack). Both shims must reach the installed modules,
     # never the project's own `policies/` folder.
     find = ("import importlib.util, sys; sys.path[:0] = sys.argv[1:]; "
-            "print(importlib.util.find_spec('infra.__main__').origin); "
-            "print(importlib.util.find_spec('policies.__main__').origin)")
+            "print(importlib.util.find_spec('gpufleet.cloud.program').origin); "
+            "print(importlib.util.find_spec('gpufleet.policies.pack').origin)")
     for first in ([str(target)], [str(target / "policies"), str(target)]):
         proc = subprocess.run([str(installed.python), "-c", find, *first], cwd=target, env=installed.env,
                               capture_output=True, text=True, timeout=60)

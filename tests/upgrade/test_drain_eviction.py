@@ -8,13 +8,13 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from infra.pool.kubernetes.adapter import KubernetesPool
-from infra.pool.kubernetes.api import KubeApi
-from infra.pool.kubernetes.retry import RetryPolicy
-from infra.pool.protocol import NodeState, PendingNode
-from infra.spec import UpgradeConfig
-from infra.upgrade.orchestrator import Upgrader
-from infra.upgrade.state import GroupState
+from gpufleet.pool.kubernetes.adapter import KubernetesPool
+from gpufleet.pool.kubernetes.api import KubeApi
+from gpufleet.pool.kubernetes.retry import RetryPolicy
+from gpufleet.pool.protocol import NodeState, PendingNode
+from gpufleet.spec import UpgradeConfig
+from gpufleet.upgrade.orchestrator import Upgrader
+from gpufleet.upgrade.state import GroupState
 from tests.pool import contract
 from tests.pool.kubernetes_fake_api import FakeApiServer, FakeTime
 

@@ -8,12 +8,12 @@ import json
 
 from click.testing import CliRunner
 
-from infra.cli import main
-from infra.daytwo.context import open_day_two
-from infra.pool.command import free_units
-from infra.project import load_project
-from infra.upgrade.orchestrator import Upgrader
-from infra.upgrade.plan import limits
+from gpufleet.cli import main
+from gpufleet.daytwo.context import open_day_two
+from gpufleet.pool.command import free_units
+from gpufleet.project import load_project
+from gpufleet.upgrade.orchestrator import Upgrader
+from gpufleet.upgrade.plan import limits
 from tests.rollout.project import make_project
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.daytwo.context import open_day_two
-from infra.project import load_project
-from infra.rollout.journal import KILL_ENV
-from infra.sim.installed import VERSION_FAULTS_FILE, VersionFaults
-from infra.upgrade.orchestrator import Upgrader
+from gpufleet.daytwo.context import open_day_two
+from gpufleet.project import load_project
+from gpufleet.rollout.journal import KILL_ENV
+from gpufleet.sim.installed import VERSION_FAULTS_FILE, VersionFaults
+from gpufleet.upgrade.orchestrator import Upgrader
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, ledger, pool_doc, state_dir
 from tests.upgrade.test_upgrade import admitted_slots, digests, retarget
 

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from infra.daytwo.journal import DayTwoTransitionError
-from infra.errors import ConfigError
-from infra.spec import load_stack
-from infra.upgrade.reimage import stale_images, target_image, unknown_images
-from infra.upgrade.state import apply_upgrade
+from gpufleet.daytwo.journal import DayTwoTransitionError
+from gpufleet.errors import ConfigError
+from gpufleet.spec import load_stack
+from gpufleet.upgrade.reimage import stale_images, target_image, unknown_images
+from gpufleet.upgrade.state import apply_upgrade
 
 AMI = "ami-0123456789abcdef0"
 

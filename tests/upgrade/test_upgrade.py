@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.daytwo.context import open_day_two
-from infra.pool.command import free_units
-from infra.project import load_project
-from infra.sim.installed import VERSION_FAULTS_FILE, VersionFaults
-from infra.upgrade.orchestrator import Upgrader
-from infra.upgrade.plan import limits
+from gpufleet.daytwo.context import open_day_two
+from gpufleet.pool.command import free_units
+from gpufleet.project import load_project
+from gpufleet.sim.installed import VERSION_FAULTS_FILE, VersionFaults
+from gpufleet.upgrade.orchestrator import Upgrader
+from gpufleet.upgrade.plan import limits
 from tests.rollout.project import make_project
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
 
@@ -227,7 +227,7 @@ def test_sigkill_mid_upgrade_then_resume_gives_the_uninterrupted_end_state(fleet
     import subprocess
     import sys
 
-    from infra.rollout.journal import KILL_ENV
+    from gpufleet.rollout.journal import KILL_ENV
 
     clean = shutil.copytree(fleet_base, tmp_path / "clean", symlinks=True)
     retarget(clean)

@@ -1,2 +1,0 @@
-"""Day two on a live pool: the blacklist lifecycle (blacklist, clear, replace), the patrol of idle
-nodes, and grey upgrades (`infra.upgrade`), each journaled with who asked and why."""

@@ -1,0 +1,131 @@
+"""GPU nodes in staged batches: placement group, launch template, one instance per slot.
+
+The launch template's interface layout comes from the catalog (primary ENA on card 0,
+EFA-only on the others), each interface with both the EFA and the node security group; the
+subnet keeps them private. Instances are named by their plan slot, so raising the batch target
+only adds names; `staging.resolve_staging` decides which slots exist, which are protected and
+which ignore image changes. Capacity reservations and blocks are targeted, never bought.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from gpufleet.catalog import InstanceType
+from gpufleet import tagging as t
+from gpufleet.cloud.staging import StagedSlot
+from gpufleet.plan.model import ClusterPlan
+from gpufleet.spec import CapacityType, ClusterSpec
+
+ROOT_DEVICE = {"al2023": "/dev/xvda", "ubuntu-22.04": "/dev/sda1", "ubuntu-24.04": "/dev/sda1"}
+ROOT_VOLUME_GIB = 512
+METADATA_HOP_LIMIT = 2  # containers on the node reach IMDSv2 through one extra hop
+
+
+def capacity_ids(spec: ClusterSpec) -> tuple[str, ...]:
+    cap = spec.cluster.capacity
+    return cap.capacity_block_ids if cap.type is CapacityType.CAPACITY_BLOCK else cap.reservation_ids
+
+
+def reservation_for(index: int, nodes: int, ids: tuple[str, ...]) -> str | None:
+    """Slots split into contiguous equal shares over the named reservations (stable as batches grow)."""
+    if not ids:
+        return None
+    return ids[min(index * len(ids) // max(nodes, 1), len(ids) - 1)]
+
+
+def network_interfaces(instance: InstanceType, subnet_id: pulumi.Input[str],
+                       security_groups: list[pulumi.Input[str]]) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One entry per catalog interface. `associate_public_ip_address` only on a single-interface
+    layout: EC2 rejects the parameter on a launch with several network interfaces ("The
+    associatePublicIPAddress parameter cannot be specified when launching with multiple network
+    interfaces"; Terraform's AWS provider stopped sending it for that reason:
+    hashicorp/terraform-provider-aws#6777, fixed by #10157). The subnet's
+    `mapPublicIpOnLaunch: false` keeps these nodes private; the policy pack checks both."""
+    single = len(instance.interfaces) == 1
+    return [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+        network_card_index=slot.network_card_index, device_index=slot.device_index,
+        interface_type=slot.interface_type.value, subnet_id=subnet_id, security_groups=security_groups,
+        associate_public_ip_address=False if single else None, delete_on_termination=True,
+        description=f"card {slot.network_card_index} device {slot.device_index} {slot.interface_type.value}")
+        for slot in instance.interfaces]
+
+
+class Compute(pulumi.ComponentResource):
+    """Placement group, the launch template for the stack's instance type, and the staged slots' instances."""
+
+    def __init__(self, name: str, spec: ClusterSpec, plan: ClusterPlan, slots: Sequence[StagedSlot],
+                 subnet_id: pulumi.Input[str], security_groups: list[pulumi.Input[str]],
+                 instance_profile_arn: pulumi.Input[str], ami: pulumi.Input[str],
+                 slot_ami: Callable[[StagedSlot], pulumi.Input[str]],
+                 user_data: Callable[[StagedSlot], pulumi.Input[str]], tags: dict[str, str],
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:compute:Compute", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        instance = spec.cluster.instance
+        cap = spec.cluster.capacity
+        ids = capacity_ids(spec)
+        self.placement_group = aws.ec2.PlacementGroup(
+            f"{name}-pg", name=f"{name}-pg", strategy="cluster", tags=t.with_role(tags, "placement-group"),
+            opts=child)
+        block = cap.type is CapacityType.CAPACITY_BLOCK
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-{instance.name.replace('.', '-')}", name=f"{name}-{instance.name.replace('.', '-')}",
+            instance_type=instance.name, image_id=ami, ebs_optimized="true",
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile_arn),
+            network_interfaces=network_interfaces(instance, subnet_id, security_groups),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name,
+                                                          availability_zone=plan.availability_zone),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=METADATA_HOP_LIMIT,
+                instance_metadata_tags="disabled"),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=ROOT_DEVICE[spec.image.os],
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    encrypted="true", volume_type="gp3", volume_size=ROOT_VOLUME_GIB, delete_on_termination="true"))],
+            instance_market_options=(aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+                                     if block else None),
+            capacity_reservation_specification=(
+                aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                        capacity_reservation_id=ids[0])) if ids else None),
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=r, tags=t.with_role(tags, "gpu-node"))
+                                for r in ("instance", "volume", "network-interface")],
+            update_default_version=True, tags=t.with_role(tags, "launch-template"), opts=child)
+        self.instances: dict[str, aws.ec2.Instance] = {}
+        self.slots = list(slots)
+        for slot in self.slots:
+            reservation = reservation_for(slot.index, len(plan.nodes), ids)
+            self.instances[slot.name] = aws.ec2.Instance(
+                slot.name, ami=slot_ami(slot), instance_type=instance.name, availability_zone=plan.availability_zone,
+                launch_template=aws.ec2.InstanceLaunchTemplateArgs(
+                    id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
+                user_data=user_data(slot), user_data_replace_on_change=False,
+                instance_market_options=(aws.ec2.InstanceInstanceMarketOptionsArgs(market_type="capacity-block")
+                                         if block else None),
+                capacity_reservation_specification=(
+                    aws.ec2.InstanceCapacityReservationSpecificationArgs(
+                        capacity_reservation_target=aws.ec2.InstanceCapacityReservationSpecificationCapacityReservationTargetArgs(
+                            capacity_reservation_id=reservation)) if reservation else None),
+                tags=t.node_tags(tags, slot),
+                opts=pulumi.ResourceOptions(parent=self, protect=slot.protected,
+                                            ignore_changes=slot.frozen_properties,
+                                            delete_before_replace=slot.reimage))
+        self.register_outputs({"placementGroup": self.placement_group.name,
+                               "launchTemplateId": self.launch_template.id, "instances": len(self.instances)})
+
+    def inventory(self) -> pulumi.Output[dict[str, list[dict]]]:
+        """Per batch: slot, instance id, private IP, batch, block (the rollout's node list)."""
+        rows = [pulumi.Output.all(self.instances[s.name].id, self.instances[s.name].private_ip).apply(
+            lambda a, s=s: {"slot": s.name, "instanceId": a[0], "privateIp": a[1], "batch": s.batch, "block": s.block})
+            for s in self.slots]
+
+        def group(items: list[dict]) -> dict[str, list[dict]]:
+            out: dict[str, list[dict]] = {}
+            for row in items:
+                out.setdefault(str(row["batch"]), []).append(row)
+            return out
+        return pulumi.Output.all(*rows).apply(group)

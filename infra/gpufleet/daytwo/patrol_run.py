@@ -1,0 +1,122 @@
+"""One patrol over a stack's pool: select idle admitted nodes, collect light bundles, judge each
+against its own admission, quarantine the failing ones through the pool (journaled), remember
+when each node was last patrolled.
+
+Why re-read the pool before each quarantine: a job may have landed on a node while its bundle was
+being collected; quarantining it then would evict that job (Kubernetes NoExecute) or drain it
+under a running job. Such a node is reported as deferred and rechecked by the next patrol.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpufleet.daytwo import lifecycle
+from gpufleet.daytwo.collect import PatrolCollector
+from gpufleet.daytwo.context import DayTwo
+from gpufleet.daytwo.patrol import PatrolResult, judge, select, since_for, worst_first
+from gpufleet.gates import bundle as B
+from gpufleet.pool.protocol import NodeState
+from gpufleet.durable import write_atomic
+from gpufleet.rollout.ports import HostStatus
+
+LAST = "last.json"
+
+
+@dataclass
+class PatrolOutcome:
+    stack: str
+    started: datetime
+    who: str
+    checked: list[PatrolResult] = field(default_factory=list)
+    skipped_busy: list[str] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # slot -> message
+    quarantined: dict[str, dict[str, Any]] = field(default_factory=dict)  # slot -> code, reason, state, failures
+    deferred: list[str] = field(default_factory=list)  # failed, but busy by the time of the verdict
+    no_instance: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def blacklisted(self) -> list[str]:
+        return sorted(s for s, q in self.quarantined.items() if q["state"] == NodeState.BLACKLISTED.value)
+
+
+def load_last(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
+    started = d.now()
+    out = PatrolOutcome(stack=d.stack, started=started, who=d.who)
+    selection = select(d.pool.state())
+    out.skipped_busy = selection.busy
+    inventory = dict(d.adapters.provisioner.inventory())
+    last_path = d.state_dir / "patrol" / LAST
+    last = load_last(last_path)
+    instances, since, records = [], {}, {}
+    for slot in selection.idle:
+        inst = inventory.get(slot)
+        if inst is None:
+            out.no_instance.append(slot)
+            continue
+        record = d.record(slot)
+        records[slot] = record
+        seen = last.get(slot, {})
+        last_at = datetime.fromisoformat(seen["at"]) if seen.get("at") else None
+        since[slot] = since_for(last_at, seen.get("instance_id"), inst.instance_id,
+                                record.decided_at if record is not None else None)
+        instances.append(inst)
+    dest = d.state_dir / "patrol" / "bundles"
+    if dest.exists():
+        shutil.rmtree(dest)  # the last patrol's bundles only: a patrol every hour must not fill the disk
+    dest.mkdir(parents=True)
+    result = collector.collect(instances, since, dest)
+    out.seconds = result.duration_s
+    d.advance(result.duration_s)
+    fraction = d.spec.gates.drift_regression_fraction
+    for inst in instances:
+        h = result.hosts.get(inst.slot)
+        if h is None or h.status is not HostStatus.OK:
+            out.unreachable[inst.slot] = (h.message if h else None) or "no answer"
+            continue
+        try:
+            bundle = B.read_bundle(dest / inst.slot)
+        except B.BundleError as exc:
+            out.unreachable[inst.slot] = f"the patrol bundle cannot be read: {exc}"
+            continue
+        record = records[inst.slot]
+        out.checked.append(judge(bundle, d.settings, record.busbw.intra_node_gbs if record else None, fraction,
+                                 since[inst.slot]))
+    failing = {r.slot: (r.reason_code or "patrol-failed", r.reason) for r in out.checked if not r.passed}
+    failing.update({s: ("unreachable", m) for s, m in out.unreachable.items()})
+    now_state = d.pool.state()
+    for slot, (code, reason) in sorted(failing.items()):
+        node = now_state.get(slot)
+        if node is None or node.state is not NodeState.ADMITTED:
+            continue  # someone else moved it meanwhile (an operator, a drain)
+        if node.busy:
+            out.deferred.append(slot)
+            continue
+        after = lifecycle.quarantine(d, slot, code, f"patrol: {reason}", source="patrol")
+        out.quarantined[slot] = {"reason_code": code, "reason": reason, "state": after.state.value,
+                                 "failures": after.failures}
+    collected = d.now().isoformat()
+    for inst in instances:
+        if inst.slot not in out.unreachable:
+            last[inst.slot] = {"at": collected, "instance_id": inst.instance_id}
+    last_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(last_path, json.dumps(last, indent=1, sort_keys=True))
+    d.journal.append({"type": "patrol", "who": d.who, "checked": [r.slot for r in out.checked],
+                      "skipped_busy": out.skipped_busy, "deferred": out.deferred,
+                      "failed": {s: {"reason_code": c, "reason": r} for s, (c, r) in failing.items()}})
+    out.checked = worst_first(out.checked)
+    return out

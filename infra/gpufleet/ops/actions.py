@@ -1,0 +1,54 @@
+"""Carry out a webhook decision: quarantine through the pool, journal it, audit it, page the rest.
+
+Why through `open_day_two`: an alert's quarantine is a day-two pool change like an operator's; it
+takes the stack's lock (so it never races a rollout: a held lock answers 503 and Alertmanager
+retries), is journaled with who and why, and reads the pool state it decides on under that lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from typing import Any, Sequence
+
+from gpufleet.ops import audit
+from gpufleet.ops.webhook import Decision, Notification, Page, decide
+
+log = logging.getLogger("gpufleet.ops")
+ACTOR = "alertmanager"
+
+
+def page(pages: Sequence[Page], stack: str, command: Sequence[str]) -> None:
+    """Loudly log every page; with `ops.pageCommand`, run it once with the pages as JSON on stdin."""
+    if not pages:
+        return
+    for p in pages:
+        log.error("PAGE stack=%s alert=%s node=%s: %s", stack, p.alertname, p.slot, p.why)
+    if command:
+        doc = json.dumps({"stack": stack, "pages": [{"alertname": p.alertname, "slot": p.slot, "why": p.why,
+                                                     "evidence": p.evidence} for p in pages]})
+        try:
+            subprocess.run(list(command), input=doc, text=True, timeout=30, check=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.error("PAGE command %s failed: %s", command[0], exc)
+
+
+def handle(note: Notification, stack: str, project: Any = None) -> Decision:
+    """Decide under the stack's lock and act; returns the decision (the HTTP answer reports it)."""
+    from gpufleet.daytwo.context import open_day_two
+
+    with open_day_two(stack, "ops serve", pool_only=True, project=project) as d:
+        decision = decide(note, d.pool.state(), d.spec.ops.max_quarantine_share)
+        for q in decision.quarantine:
+            node = d.pool.quarantine(q.slot, q.reason_code, q.reason)
+            d.journal.append({"type": "pool", "slot": q.slot, "action": "quarantine", "who": ACTOR, "why": q.reason,
+                              "reason_code": q.reason_code, "state": node.state.value, "source": "alert",
+                              "evidence": q.evidence})
+            audit.record(d.state_dir, stack, "alert quarantine", q.reason, target=q.slot, who=ACTOR,
+                         details={"reason_code": q.reason_code, "evidence": q.evidence}, warn=log.warning)
+            log.warning("quarantined %s: %s", q.slot, q.reason)
+        for i in decision.ignored:
+            log.info("ignored alert %s for %s: %s", i.alertname, i.slot, i.why)
+        page(decision.page, stack, d.spec.ops.page_command)
+    return decision

@@ -1,0 +1,197 @@
+"""`gpufleet ops rules|serve` and `gpufleet history`: monitoring files, the alert receiver, the audit log.
+
+Thin: load the stack, call the pure modules (`rules`, `scrape`, `webhook`), write or serve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gpufleet.errors import UsageError
+
+stack_opt = click.option("-s", "--stack", required=True, help="Stack name: Pulumi.<stack>.yaml")
+
+
+def _context(stack: str) -> tuple[Any, Any]:
+    from gpufleet.project import current_project
+    from gpufleet.spec import load_stack_path
+
+    project = current_project()
+    return project, load_stack_path(project.stack_file(stack))
+
+
+def thresholds(spec: Any, project: Any) -> Any:
+    """The rules' inputs: the gates' settings and the BOM's DCGM for this stack, its ops keys."""
+    from gpufleet.bom import load_bom
+    from gpufleet.ops.rules import Thresholds
+    from gpufleet.rollout.wiring import gate_settings
+
+    settings = gate_settings(spec, project)
+    bom = load_bom(project.path(spec.image.bom))
+    return Thresholds(ops=spec.ops, remap_uncorrectable_limit=settings.remap_uncorrectable_limit,
+                      dcgm_version=bom.components.dcgm.version, lustre_mount=spec.storage.mount_path)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@click.group()
+def ops() -> None:
+    """Monitoring rules from the BOM and the gates, and the Alertmanager receiver that quarantines."""
+
+
+@ops.command()
+@stack_opt
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the rules, their promtool tests, the DCGM counters and the scrape config.")
+@click.option("--alertmanager", default="127.0.0.1:9093", show_default=True, help="host:port (Slurm head node).")
+@click.option("--gpufleet", "gpufleet_target", default="127.0.0.1:9797", show_default=True,
+              help="host:port of `gpufleet ops serve` (its /metrics).")
+def rules(stack: str, out: Path, alertmanager: str, gpufleet_target: str) -> None:
+    """Write the Prometheus rules (and their unit tests) generated for STACK."""
+    from gpufleet.ops import metrics, monitoring_counters, scrape
+    from gpufleet.ops.rules import rules_document, unit_tests
+    from gpufleet.plan import build_plan
+
+    project, spec = _context(stack)
+    t = thresholds(spec, project)
+    doc = rules_document(t, stack)
+    dump = lambda d: yaml.safe_dump(d, sort_keys=False, width=120)  # noqa: E731
+    _write(out / scrape.RULE_FILE, dump(doc))
+    for name, test in unit_tests(t, stack, f"../{scrape.RULE_FILE}").items():
+        _write(out / "tests" / f"{name}.test.yml", dump(test))
+    _write(out / "dcgm-counters.csv", monitoring_counters.deployed_csv(t.dcgm_version))
+    written = [scrape.RULE_FILE, "tests/", "dcgm-counters.csv"]
+    if spec.pool.type == "kubernetes":
+        _write(out / "prometheusrule.yaml", dump(scrape.prometheus_rule(doc, stack)))
+        written.append("prometheusrule.yaml")
+    else:
+        slots = [n.name for n in build_plan(spec).nodes]
+        _write(out / "prometheus.yml", dump(scrape.prometheus_config(alertmanager=alertmanager,
+                                                                      gpufleet=gpufleet_target)))
+        for job, port in ((metrics.DCGM_JOB, spec.ops.dcgm_exporter_port), (metrics.NODE_JOB, spec.ops.node_exporter_port)):
+            _write(out / scrape.TARGETS_DIR / f"{job}.json", json.dumps(scrape.targets(slots, port), indent=1))
+        written += ["prometheus.yml", f"{scrape.TARGETS_DIR}/"]
+    n = len(doc["groups"][1]["rules"])
+    click.echo(f"{out}: {n} alerts, {len(doc['groups'][0]['rules'])} recording rules ({', '.join(written)})")
+
+
+@ops.command()
+@stack_opt
+@click.option("--listen", default="127.0.0.1:9797", show_default=True, help="host:port to listen on.")
+def serve(stack: str, listen: str) -> None:
+    """Receive Alertmanager notifications: quarantine within the alert budget, page beyond it."""
+    from gpufleet.ops import actions, server
+    from gpufleet.pool.factory import pool_for
+
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--listen {listen!r} is not host:port", field="--listen", expected="e.g. 127.0.0.1:9797")
+    project, spec = _context(stack)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    the_pool = pool_for(spec, project, stack)
+    httpd = server.serve(host, int(port), lambda note: actions.handle(note, stack, project).summary(), the_pool.state)
+    click.echo(f"gpufleet ops serve: stack {stack} on http://{host}:{httpd.server_address[1]}/ "
+               f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition)", err=True)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+
+
+@click.command()
+@stack_opt
+@click.option("--since", default=None, help="ISO date or time (UTC when no offset), e.g. 2026-11-30T12:00.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+def history(stack: str, since: str | None, as_json: bool) -> None:
+    """Who changed the fleet, what, when and why (the stack's audit log)."""
+    from gpufleet.ops import audit
+
+    project, _ = _context(stack)
+    when = None
+    if since:
+        try:
+            when = datetime.fromisoformat(since)
+        except ValueError:
+            raise UsageError(f"--since {since!r} is not an ISO date or time", field="--since",
+                             expected="e.g. 2026-11-30 or 2026-11-30T12:00") from None
+        when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    for rec in audit.read(project.state_dir(stack), when):
+        if as_json:
+            click.echo(json.dumps(rec, sort_keys=True))
+        else:
+            click.echo(f"{rec['at']}  {rec['who']}  {rec['what']}"
+                       + (f" {rec['target']}" if rec.get("target") else "") + f": {rec['why']}")
+
+
+@click.command()
+@click.option("-s", "--stack", default=None, help="Stack name: Pulumi.<stack>.yaml")
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled and audited with who asked).")
+@click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.pass_context
+def readmit(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool) -> None:
+    """Send a quarantined SLOT through its gates again: admitted on a passing record, quarantined
+    again (a failure toward its blacklist) otherwise, exit 3. Resolved alerts never re-admit."""
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.errors import GateFailed
+    from gpufleet.ops import audit
+    from gpufleet.ops.readmit import readmit as regate
+
+    name = stack or (ctx.parent.params.get("stack") if ctx.parent else None)
+    if not name:
+        raise UsageError("which stack?", field="-s/--stack", expected="gpufleet pool readmit -s STACK SLOT --reason WHY")
+    warn = lambda m: click.echo(f"gpufleet: warning: {m}", err=True)  # noqa: E731
+    with open_day_two(name, "pool readmit", force_unlock=force_unlock, warn=warn) as d:
+        node, record, text = regate(d, slot, reason)
+        audit.record(d.state_dir, name, "pool readmit", reason, target=slot, who=d.who, warn=warn,
+                     details={"state": node.state.value, "outcome": text})
+    click.echo(f"{slot}: {text}")
+    if record is None:
+        raise GateFailed(f"{slot}: failed its gates again ({node.state.value})")
+
+
+@ops.command()
+@stack_opt
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the access objects (Kubernetes) or the sacctmgr commands and AllowAccounts (Slurm).")
+def access(stack: str, out: Path) -> None:
+    """Write per-team access to the partitions from gpufleet:ops.tenants (nothing is applied)."""
+    import shlex
+
+    from gpufleet import catalog
+    from gpufleet.ops import access as acc
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.kubernetes.manifests import partition_queues
+
+    project, spec = _context(stack)
+    if not spec.ops.tenants:
+        raise UsageError(f"stack {stack!r} declares no tenants", field="gpufleet:ops.tenants",
+                         expected="a list of {name, partitions, members}")
+    plan = build_plan(spec)
+    queues = partition_queues(plan, catalog.get(spec.cluster.instance_type))
+    names = [q.partition for q in queues]
+    if spec.pool.type == "kubernetes":
+        docs = acc.kubernetes_objects(spec.ops.tenants, names)
+        _write(out / "kubernetes-access.yaml", yaml.safe_dump_all(docs, sort_keys=False))
+        click.echo(f"{out / 'kubernetes-access.yaml'}: {len(docs)} objects")
+        return
+    quotas = [acc.PartitionQuota(q.partition, q.gpus) for q in queues]
+    cmds = acc.sacctmgr_commands(spec.ops.tenants, quotas, spec.cluster.name)
+    _write(out / "sacctmgr.sh", "#!/bin/sh\nset -e\n" + "\n".join(shlex.join(c) for c in cmds) + "\n")
+    allow = acc.allow_accounts(spec.ops.tenants, names)
+    _write(out / "allow-accounts.json", json.dumps(allow, indent=2))  # slurm.conf AllowAccounts= per partition
+    click.echo(f"{out}: sacctmgr.sh ({len(cmds)} commands), allow-accounts.json ({len(allow)} partitions)")

@@ -1,0 +1,252 @@
+"""`gpufleet pool -s STACK [--json]`: the pool by state, partition and block, with free whole units;
+`pool up|down` for a simulated stack's local Slurm; `pool clear|blacklist|replace SLOT --reason WHY`
+(journaled day-two changes, `gpufleet.daytwo.lifecycle`).
+
+The view (`summarize`) is pure: a PoolState and the plan in, a JSON-ready document out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import click
+
+from gpufleet.errors import UsageError
+from gpufleet.plan.model import ClusterPlan
+from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
+
+SCHEMA_VERSION = "1"
+STATES = [s.value for s in NodeState]
+
+
+def free_units(plan: ClusterPlan, state: PoolState) -> dict[str, int]:
+    """Per partition, the units whose every node is admitted and idle: what a job can get now."""
+    ready = {slot for slot, n in state.nodes.items() if n.state is NodeState.ADMITTED and not n.busy}
+    out: dict[str, int] = {p.name: 0 for p in plan.partitions}
+    for unit in plan.units:
+        if unit.partition is not None and all(plan.nodes[i].name in ready for i in unit.nodes):
+            out[unit.partition] += 1
+    return out
+
+
+def summarize(plan: ClusterPlan, state: PoolState, stack: str, pool_kind: str) -> dict[str, Any]:
+    nodes = list(state.nodes.values())
+    by_partition: dict[str, Counter[str]] = {}
+    by_block: dict[int, Counter[str]] = {}
+    for n in nodes:
+        by_partition.setdefault(n.partition or "-", Counter())[n.state.value] += 1
+        if n.block is not None:
+            by_block.setdefault(n.block, Counter())[n.state.value] += 1
+    free = free_units(plan, state)
+    units = {p.name: p.units for p in plan.partitions}
+
+    def listing(s: NodeState) -> list[dict[str, Any]]:
+        return [_node_doc(n) for n in sorted(state.by_state(s), key=lambda n: n.slot)]
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "stack": stack,
+        "pool": pool_kind,
+        "planned_nodes": len(plan.nodes),
+        "counts": {s: sum(1 for n in nodes if n.state.value == s) for s in STATES},
+        "partitions": {name: {"units": units.get(name), "free_units": free.get(name, 0),
+                              "nodes": {s: c[s] for s in STATES if c[s]}}
+                       for name, c in sorted(by_partition.items())} | {
+                          name: {"units": units[name], "free_units": 0, "nodes": {}}
+                          for name in units if name not in by_partition},
+        "blocks": {str(b): {s: c[s] for s in STATES if c[s]} for b, c in sorted(by_block.items())},
+        "quarantined": listing(NodeState.QUARANTINED),
+        "blacklisted": listing(NodeState.BLACKLISTED),
+    }
+
+
+def _node_doc(n: PoolNode) -> dict[str, Any]:
+    return {"slot": n.slot, "block": n.block, "partition": n.partition, "reason_code": n.reason_code,
+            "reason": n.reason, "failures": n.failures}
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    c = doc["counts"]
+    lines = [f"pool of stack {doc['stack']} ({doc['pool']}): {sum(c.values())} of {doc['planned_nodes']} planned nodes: "
+             + ", ".join(f"{c[s]} {s}" for s in STATES)]
+    lines.append(f"{'partition':<14}{'units':>7}{'free':>7}  nodes")
+    for name, p in doc["partitions"].items():
+        nodes = ", ".join(f"{v} {k}" for k, v in p["nodes"].items()) or "none"
+        lines.append(f"{name:<14}{p['units'] if p['units'] is not None else '-':>7}{p['free_units']:>7}  {nodes}")
+    if doc["blocks"]:
+        lines.append("blocks: " + "; ".join(f"{span}: {text}" for span, text in _block_runs(doc["blocks"])))
+    for key in ("quarantined", "blacklisted"):
+        for n in doc[key]:
+            lines.append(f"{key:<12} {n['slot']} (block {n['block']}, {n['failures']} failure(s)) "
+                         f"{n['reason_code']}: {n['reason']}")
+    return "\n".join(lines)
+
+
+def _block_runs(blocks: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
+    """Consecutive blocks with the same counts in one entry ("0-23: 5 admitted"), so 250 blocks fit."""
+    runs: list[tuple[int, int, str]] = []
+    for b, counts in blocks.items():
+        text = ", ".join(f"{v} {k}" for k, v in counts.items())
+        if runs and runs[-1][1] == int(b) - 1 and runs[-1][2] == text:
+            runs[-1] = (runs[-1][0], int(b), text)
+        else:
+            runs.append((int(b), int(b), text))
+    return [(f"{a}" if a == z else f"{a}-{z}", text) for a, z, text in runs]
+
+
+# --- the commands -----------------------------------------------------------------------------
+
+def _stack_of(ctx: click.Context, stack: str | None) -> str:
+    chosen = stack or (ctx.parent.params.get("stack") if ctx.parent else None)
+    if not chosen:
+        raise UsageError("which stack?", field="-s/--stack", expected="gpufleet pool -s STACK [up|down|clear|blacklist]")
+    return chosen
+
+
+def _context(stack: str):
+    from gpufleet.project import current_project
+    from gpufleet.spec import load_stack
+
+    project = current_project()
+    return project, load_stack(stack, project.stacks_dir)
+
+
+def _pool(stack: str):
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.factory import pool_for
+
+    project, spec = _context(stack)
+    plan = build_plan(spec)
+    return pool_for(spec, project, stack, plan=plan), plan
+
+
+stack_opt = click.option("-s", "--stack", default=None, help="Stack name: Pulumi.<stack>.yaml")
+
+
+@click.group(invoke_without_command=True)
+@stack_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
+@click.pass_context
+def pool(ctx: click.Context, stack: str | None, as_json: bool) -> None:
+    """The stack's scheduling pool: nodes by state, partition and block; free whole units.
+
+    Subcommands: `up` / `down` start and stop a simulated stack's local Slurm; `clear SLOT`
+    forgets a slot's failures (a blacklisted slot must pass its gates again); `blacklist SLOT`.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    name = _stack_of(ctx, stack)
+    the_pool, plan = _pool(name)
+    doc = summarize(plan, the_pool.state(), name, the_pool.kind)
+    click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc))
+
+
+def _local_slurm(stack: str):
+    from gpufleet.pool.factory import local_slurm_root
+    from gpufleet.pool.slurm.local import LocalSlurm
+
+    project, spec = _context(stack)
+    if not (spec.pool.type == "slurm" and spec.simulated):
+        raise UsageError(f"stack {stack!r} has no local Slurm (pool.type {spec.pool.type}, "
+                         f"{'simulated' if spec.simulated else 'real'})", field="-s/--stack",
+                         expected="a simulated stack with pool.type slurm, e.g. local-slurm; a real cluster's "
+                                  "Slurm is configured by the slurm role")
+    return LocalSlurm(local_slurm_root(project, stack)), spec
+
+
+@pool.command()
+@stack_opt
+@click.option("--clean", is_flag=True, help="Restart from scratch even when it is up (every node pending again).")
+@click.pass_context
+def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
+    """Start slurmctld and one slurmd per planned node of a simulated stack.
+
+    A cluster already up with every planned node keeps its state (admitted nodes stay admitted);
+    otherwise, or with --clean, it starts clean: every node drained until gated.
+    """
+    from gpufleet.plan import build_plan
+
+    name = _stack_of(ctx, stack)
+    local, spec = _local_slurm(name)
+    plan = build_plan(spec)
+    if local.running() and not clean:
+        states = local.health()
+        if set(states) == {n.name for n in plan.nodes}:
+            click.echo(f"local Slurm of {name}: already up with {len(states)} nodes (--clean restarts it)\n"
+                       f"  export SLURM_CONF={local.conf_path}")
+            return
+    took = local.up(spec, plan)
+    click.echo(f"local Slurm of {name}: slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every node "
+               f"drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun")
+
+
+@pool.command()
+@stack_opt
+@click.pass_context
+def down(ctx: click.Context, stack: str | None) -> None:
+    """Stop a simulated stack's local Slurm."""
+    name = _stack_of(ctx, stack)
+    local, _ = _local_slurm(name)
+    click.echo(f"local Slurm of {name}: stopped {local.down()} daemon(s)")
+
+
+@pool.command()
+@stack_opt
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled with who asked).")
+@click.pass_context
+def clear(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
+    """Forget SLOT's failures; a quarantined or blacklisted slot goes back to pending gates."""
+    from gpufleet.daytwo import lifecycle
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.ops import audit
+
+    with open_day_two(_stack_of(ctx, stack), "pool clear", pool_only=True, warn=_warn) as d:
+        node = lifecycle.clear(d, slot, reason)
+        audit.day_two(d, "pool clear", reason, slot, state=node.state.value)
+    click.echo(f"{slot}: {node.state.value}, failures {node.failures}")
+
+
+@pool.command()
+@stack_opt
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (kept with the node: Slurm reason, k8s annotation).")
+@click.pass_context
+def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
+    """Blacklist SLOT: reported for replacement, never admitted again until `pool clear`."""
+    from gpufleet.daytwo import lifecycle
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.ops import audit
+
+    with open_day_two(_stack_of(ctx, stack), "pool blacklist", pool_only=True, warn=_warn) as d:
+        node = lifecycle.blacklist(d, slot, reason)
+        audit.day_two(d, "pool blacklist", reason, slot, state=node.state.value)
+    click.echo(f"{slot}: {node.state.value} ({node.reason})")
+
+
+@pool.command()
+@stack_opt
+@click.argument("slot")
+@click.option("--reason", required=True, help="Why (journaled with who asked).")
+@click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.pass_context
+def replace(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool) -> None:
+    """Move SLOT to a new instance, gate it fully (configure, preflight, gates, multi-node with
+    admitted partners) and admit it; exit 3 when the new instance fails its gates."""
+    from gpufleet.daytwo import lifecycle
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.ops import audit
+    from gpufleet.errors import GateFailed
+
+    with open_day_two(_stack_of(ctx, stack), "pool replace", force_unlock=force_unlock, warn=_warn) as d:
+        node, record, text = lifecycle.replace(d, slot, reason)
+        audit.day_two(d, "pool replace", reason, slot, state=node.state.value, outcome=text)
+    click.echo(f"{slot}: {text}")
+    if record is None:
+        raise GateFailed(f"{slot}: the replacement instance failed its gates ({node.state.value})")
+
+
+def _warn(message: str) -> None:
+    click.echo(f"gpufleet: warning: {message}", err=True)

@@ -1,0 +1,264 @@
+"""A real Slurm on this machine for a simulated stack: one slurmctld and one slurmd per planned node.
+
+Why real: the local-slurm stack proves the Slurm adapter, the generated configuration and the
+unit requests against Slurm itself, not a model of it. Everything lives under
+`<state dir>/slurm/` (config, state, spool, logs, pids, fake GPU device files), every daemon
+listens on 127.0.0.1 on ports found free at start, and every command gets SLURM_CONF pointing
+at this config: nothing global is read or changed. The Debian build runs many slurmd on one host
+(`slurmd -N <node>`), and auth/none needs no munge key.
+
+`up` is a clean start (`slurmctld -c`): every node comes back drained as "pending gates".
+
+Nodes can also live elsewhere than 127.0.0.1: given a `NodeHost` per node (its address and the
+command that enters it, e.g. `ip netns exec NS`), each slurmd runs inside its host with that
+address as its NodeAddr, and slurmctld is named by an address those hosts reach (a bridge's).
+That is how the rehearsal (tests/integration) runs one slurmd inside each network-namespace
+host, so `srun` really lands on the hosts the playbooks configured.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from gpufleet.errors import PoolError
+from gpufleet.plan.model import ClusterPlan
+from gpufleet.pool.slurm.cli import INSTALL_HINT, SlurmCli
+from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.spec import ClusterSpec
+
+PORT_RANGE = (20000, 60000)
+
+
+@dataclass(frozen=True)
+class NodeHost:
+    """Where one node's slurmd runs: `address` becomes its NodeAddr, and slurmd is started as
+    `[*enter, "slurmd", "-N", node]` (e.g. `enter=("ip", "netns", "exec", NS)`)."""
+
+    address: str
+    enter: Sequence[str] = ()
+
+
+class LocalSlurm:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def conf_path(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    def cli(self, timeout_s: float = 10.0) -> SlurmCli:
+        return SlurmCli(conf=self.conf_path, timeout_s=timeout_s)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def up(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0, with_nodes: bool = True,
+           hosts: Mapping[str, NodeHost] | None = None, controller_address: str | None = None) -> float:
+        """Start the cluster for this plan; return the seconds until every node answered.
+
+        `with_nodes=False` starts slurmctld alone (the benchmark's 1,250-node configuration: its
+        nodes stay unresponsive, which admission does not need, and no 7 GB of slurmd run).
+        `hosts`: every node's slurmd in its own host (see NodeHost), which reach slurmctld at
+        `controller_address` (an address of this machine; slurmctld listens on all of them)."""
+        for tool in ("slurmctld", "slurmd", "sinfo", "scontrol"):
+            if shutil.which(tool) is None:
+                raise PoolError(f"{tool} is not installed; {INSTALL_HINT}")
+        started = time.monotonic()
+        self.down()
+        for sub in ("etc", "state", "spool", "log", "run", "fakedev"):
+            path = self.root / sub
+            if sub in ("state", "spool", "run") and path.exists():
+                shutil.rmtree(path)
+            path.mkdir(parents=True, exist_ok=True)
+        nodes = [n.name for n in plan.nodes]
+        if hosts is not None:
+            missing = [n for n in nodes if n not in hosts]
+            if missing or not controller_address:
+                raise PoolError(f"slurmd in their own hosts need a host for every node (missing: "
+                                f"{', '.join(missing[:5]) or 'none'}) and the controller's address "
+                                f"(given: {controller_address or 'none'})")
+        controller, first = free_ports(len(nodes) + 1)
+        flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first,
+                               controller_address=controller_address if hosts is not None else None,
+                               node_addresses={n: hosts[n].address for n in nodes} if hosts is not None else None)
+        config = generate(spec, plan, flavour, slurm_version())
+        for name, text in config.files().items():
+            (self.root / "etc" / name).write_text(text, encoding="utf-8")
+        for i in range(spec.cluster.instance.gpus):
+            link = flavour.fakedev / f"nvidia{i}"
+            if not link.is_symlink():
+                link.symlink_to("/dev/null")
+        env = self.cli().env()
+        self._start(["slurmctld", "-c", "-i"], env, "slurmctld")
+        if not with_nodes:
+            self._wait_controller(started + wait_s)
+            return time.monotonic() - started
+        for name in nodes:
+            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+        enter = {n: tuple(hosts[n].enter) for n in nodes} if hosts is not None else {n: () for n in nodes}
+        procs = [subprocess.Popen([*enter[name], "slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for name in nodes]
+        failed = [(n, p.communicate()[1]) for n, p in zip(nodes, procs) if p.wait() != 0]
+        if failed:
+            self.down()
+            name, err = failed[0]
+            raise PoolError(f"slurmd would not start: {err.strip()[-300:]} (log: {self.root}/log/slurmd-{name}.log)",
+                            node=name)
+        self._wait_all_responding(nodes, started + wait_s)
+        return time.monotonic() - started
+
+    def down(self, grace_s: float = 5.0) -> int:
+        """Stop every daemon this cluster started (TERM, then KILL after `grace_s`); return how many."""
+        pids = self._pids()
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [p for p in alive if _alive(p)]
+        for pid in alive:  # slurmd ignores TERM while it retries a missing controller
+            _signal(pid, signal.SIGKILL)
+        for f in (self.root / "run").glob("*.pid") if (self.root / "run").is_dir() else ():
+            f.unlink(missing_ok=True)
+        return len(pids)
+
+    def health(self) -> dict[str, str]:
+        """Node -> Slurm state as sinfo prints it (a trailing '*' means not responding)."""
+        out = self.cli(timeout_s=5).run(["sinfo", "-h", "-N", "-o", "%N|%T"])
+        states: dict[str, str] = {}
+        for line in out.splitlines():
+            if "|" in line:
+                name, state = line.split("|", 1)
+                states[name.strip()] = state.strip()
+        return states
+
+    def running(self) -> bool:
+        pid = self.root / "run" / "slurmctld.pid"
+        return pid.is_file() and _alive(_read_pid(pid))
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _start(self, argv: list[str], env: dict[str, str], what: str) -> None:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise PoolError(f"{what} would not start: {(proc.stderr or proc.stdout).strip()[-300:]} "
+                            f"(log: {self.root}/log/{what}.log)")
+
+    def _wait_controller(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                self.health()
+                return
+            except PoolError:
+                time.sleep(0.2)
+        self.down()
+        raise PoolError(f"slurmctld never answered; its log: {self.root}/log/slurmctld.log")
+
+    def _wait_all_responding(self, nodes: list[str], deadline: float) -> None:
+        last: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.health()
+            except PoolError:
+                last = {}
+            if len(last) == len(nodes) and not any(s.endswith("*") or s.startswith(("unk", "down", "inval"))
+                                                   for s in last.values()):
+                return
+            time.sleep(0.2)
+        waiting = sorted(n for n in nodes if n not in last or last[n].endswith("*"))
+        self.down()
+        raise PoolError(f"{len(waiting)} of {len(nodes)} slurmd never registered "
+                        f"(first: {', '.join(waiting[:3]) or 'none'}; states: {sorted(set(last.values()))}); "
+                        f"logs under {self.root}/log")
+
+    def _pids(self) -> list[int]:
+        run = self.root / "run"
+        if not run.is_dir():
+            return []
+        pids = []
+        for f in run.glob("*.pid"):
+            pid = _read_pid(f)
+            if pid and _alive(pid) and _is_slurm(pid):
+                pids.append(pid)
+        return pids
+
+
+def slurm_version() -> str:
+    """The installed Slurm's version, e.g. '22.05.8' (from `slurmctld -V`)."""
+    try:
+        out = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True, timeout=10).stdout
+    except FileNotFoundError:
+        raise PoolError(f"slurmctld is not installed; {INSTALL_HINT}") from None
+    parts = out.split()
+    if len(parts) < 2:
+        raise PoolError(f"`slurmctld -V` printed {out!r}, not a version")
+    return parts[-1]
+
+
+def free_ports(count: int, attempts: int = 50) -> tuple[int, int]:
+    """(a free controller port, the first of `count - 1` consecutive free node ports) on 127.0.0.1.
+
+    Consecutive because slurm.conf gives a block's nodes one Port=[a-b] range. Free means nothing
+    listens now; the daemons bind them a moment later (a clash fails the health check, loudly).
+    """
+    rng = random.Random()
+    for _ in range(attempts):
+        base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
+        if all(_port_free(p) for p in range(base, base + count)):
+            return base, base + 1
+    raise PoolError(f"no {count} consecutive free TCP ports on 127.0.0.1 between {PORT_RANGE[0]} and {PORT_RANGE[1]}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _read_pid(path: Path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _is_slurm(pid: int) -> bool:
+    """Only signal our own daemons: a stale pid file may name a process reused by something else."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() in ("slurmctld", "slurmd", "slurmstepd")
+    except OSError:
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

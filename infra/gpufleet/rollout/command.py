@@ -1,0 +1,221 @@
+"""`gpufleet rollout -s STACK [--resume] [--restart] [--retry-stage STAGE] [--until-batch N] [--dry-run]
+[--force-unlock]`.
+
+Exit codes (DESIGN.md section 8): 0 the target reached (with replacements), 1 an error or a lock
+held by a live rollout, 2 bad configuration or an unfinished journal without --resume, 3 halted
+or ended short of the target (spares exhausted, blacklisted slots).
+
+A failed acceptance stage halts the rollout, and running again reproduces that halt (exit 3)
+from the journal without collecting anything. Once the cause is fixed, `--retry-stage STAGE`
+journals a retry: the halt is lifted, that stage runs again, and the rollout continues from
+where it stood (nodes already admitted stay admitted). `--restart` would instead archive the
+journal and start over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from gpufleet.errors import GateFailed, UsageError
+
+if TYPE_CHECKING:
+    from gpufleet.plan.model import ClusterPlan
+    from gpufleet.project import Project
+    from gpufleet.rollout.journal import Journal
+    from gpufleet.rollout.state import RolloutState
+    from gpufleet.spec import ClusterSpec
+
+
+@click.command("rollout")
+@click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
+@click.option("--resume", is_flag=True, help="Continue the stack's unfinished rollout from its journal.")
+@click.option("--restart", is_flag=True, help="Archive the stack's journal and start a new rollout.")
+@click.option("--retry-stage", type=click.Choice(["storage", "network", "smoke"]), default=None,
+              help="Run this failed acceptance stage again (after fixing its cause) and continue the rollout.")
+@click.option("--until-batch", type=click.IntRange(1), default=None, help="Stop after this batch (resume later).")
+@click.option("--dry-run", is_flag=True, help="Print the batches and what the journal already decided; change nothing.")
+@click.option("--force-unlock", is_flag=True,
+              help="Take the stack's lock even when another host holds it (only once that rollout is gone).")
+def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, until_batch: int | None,
+            dry_run: bool, force_unlock: bool) -> None:
+    """Provision, configure, gate and admit the stack's nodes, batch by batch, canary first."""
+    from gpufleet.findings import has_errors
+    from gpufleet.plan import plan_stack
+    from gpufleet.project import current_project
+    from gpufleet.rollout.backends import open_backend
+    from gpufleet.rollout.journal import Journal
+    from gpufleet.rollout.lock import LockInfo
+    from gpufleet.spec import load_stack_path
+
+    if resume and restart:
+        raise UsageError("--resume and --restart exclude each other", field="--restart",
+                         expected="--resume to continue the journal, or --restart to archive it and start again")
+    if retry_stage and restart:
+        raise UsageError("--retry-stage and --restart exclude each other", field="--retry-stage",
+                         expected="--retry-stage to rerun a failed stage of this journal, or --restart to start over")
+    resume = resume or retry_stage is not None  # a retry continues the journal it reopens
+    project = current_project()
+    spec = load_stack_path(project.stack_file(stack))
+    plan = plan_stack(spec)
+    errors = [f for f in plan.findings if f.level.value == "ERROR"]
+    if has_errors(errors):
+        raise UsageError("; ".join(f.render() for f in errors), path=str(project.stack_file(stack)))
+    state_dir = project.state_dir(stack)
+
+    def warn(message: str) -> None:
+        click.echo(f"gpufleet: warning: {message}", err=True)
+
+    store, lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack),
+                               force=force_unlock, warn=warn)
+    if dry_run:
+        journal = Journal(store, stack)
+        _dry_run(plan, journal.load(repair=False), store.location)
+        return
+    with lock:
+        if restart and store.exists():
+            click.echo(f"gpufleet: archived the previous journal to {store.archive()}", err=True)
+        journal = Journal(store, stack)
+        state = journal.load(repair=True)
+        if state.unfinished and not resume:
+            raise UsageError(f"{stack} has an unfinished rollout in {store.location}",
+                             field="--resume", expected="--resume to continue it, or --restart to archive "
+                                                        "its journal and start again")
+        if retry_stage is not None and not state.started:
+            raise UsageError(f"{stack} has no rollout journal in {store.location}: no acceptance stage has run, "
+                             "so there is nothing to retry", field="--retry-stage",
+                             expected=f"`gpufleet rollout -s {stack}` to start the rollout")
+        if resume and not state.started:
+            click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
+        try:
+            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage)
+        finally:
+            journal.close()
+
+
+def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
+         until_batch: int | None, state_dir: Path, retry_stage: str | None = None) -> None:
+    from gpufleet.gates.admission import AdmissionRecord
+    from gpufleet.ops import audit
+    from gpufleet.reports import rollout as report
+    from gpufleet.rollout.acceptance import stack_hooks
+    from gpufleet.rollout.display import make_display
+    from gpufleet.rollout.orchestrator import Orchestrator
+    from gpufleet.rollout.wiring import gate_settings, options, wire
+
+    wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
+    # the acceptance stages over the wiring's collectors (adopts pre-journal outcomes)
+    hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
+    if retry_stage is not None:
+        _retry(journal, retry_stage, stack)
+    opts = options(spec, until_batch, wiring.threaded)
+    orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
+                        hooks=hooks)
+    started = time.monotonic()
+    modelled = wiring.simulator is not None
+    clock = wiring.adapters.clock
+
+    def elapsed() -> float:
+        if modelled:
+            return (clock.now() - clock.start).total_seconds()
+        return time.monotonic() - started
+
+    display = make_display(plan, elapsed)
+    journal.listeners.append(display)
+    if hooks is not None:
+        hooks.note = display.note
+    try:
+        outcome = orch.run()
+    finally:
+        display.close()
+    wall = time.monotonic() - started
+    records = _write_records(state_dir, outcome.state)
+    rep = report.build(plan, outcome.state, stack, opts.pipelining, outcome.short if outcome.finished else [],
+                       wall_seconds=round(wall, 2))
+    paths = report.write(rep, [AdmissionRecord.model_validate(r) for r in records], project.reports_dir(stack))
+    audit.record(state_dir, stack, "rollout", outcome.halt_reason or f"until batch {until_batch or 'all'}",
+                 simulated=spec.simulated, details={"admitted": len(records), "halted": outcome.halted,
+                                                    "short": list(outcome.short)})
+    click.echo(_summary(rep, modelled))
+    click.echo(f"reports: {', '.join(str(p) for p in paths)}")
+    if outcome.halted:
+        failed = [a.stage for a in outcome.state.acceptance.values() if a.status.value == "failed"]
+        then = f"--retry-stage {failed[0]}" if failed else "--restart"
+        raise GateFailed(f"rollout halted: {outcome.halt_reason}; fix the cause, then `gpufleet rollout -s {stack} "
+                         f"{then}`")
+    if outcome.finished and outcome.short:
+        why = "spares exhausted" if outcome.spares_exhausted else "slots blacklisted or without capacity"
+        raise GateFailed(f"rollout ended short of its target: {len(outcome.short)} slot(s) without an admitted node "
+                         f"({why}): {', '.join(outcome.short[:10])}")
+
+
+def _retry(journal: "Journal", stage: str, stack: str) -> None:
+    """Journal the operator's retry of a failed acceptance stage (which lifts the halt it caused)."""
+    a = journal.state.acceptance.get(stage)
+    if a is None or a.status.value != "failed":
+        failed = [s for s, x in journal.state.acceptance.items() if x.status.value == "failed"]
+        raise UsageError(f"acceptance stage {stage} of {stack} has not failed "
+                         f"({'not run' if a is None else a.status.value}): nothing to retry", field="--retry-stage",
+                         expected=f"a failed stage ({', '.join(failed) or 'none has failed'})")
+    journal.append({"type": "acceptance", "stage": stage, "to": "retry"})
+    click.echo(f"gpufleet: retrying acceptance {stage} (attempt {a.attempt + 1})", err=True)
+
+
+def _write_records(state_dir: Path, state: "RolloutState") -> list[dict]:
+    """`<state_dir>/records/<slot>.json`: each slot's latest admission record (derived from the journal)."""
+    out = state_dir / "records"
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for slot, n in sorted(state.nodes.items()):
+        if n.record is None:
+            continue
+        records.append(n.record)
+        tmp = out / f".{slot}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(n.record, indent=2), encoding="utf-8")  # key order kept: the digest depends on it
+        os.replace(tmp, out / f"{slot}.json")
+    return records
+
+
+def _summary(rep, modelled: bool) -> str:
+    t = rep.timeline
+    lines = [f"rollout {rep.stack}: {rep.status}" + (f" ({rep.halt_reason})" if rep.halt_reason else ""),
+             f"  admitted {rep.admitted_nodes}/{rep.target_nodes} nodes = {rep.admitted_gpus} GPUs; "
+             f"spares used {rep.spares_used}/{rep.spare_nodes}"]
+    for a in rep.acceptance:
+        detail = a.figures or a.reason or ", ".join(a.reason_codes)
+        lines.append(f"  acceptance {a.stage:<8} {a.status}" + (f": {detail}" if detail else ""))
+    for p in rep.partitions:
+        lines.append(f"  partition {p.name:<12} {p.units_available}/{p.units_planned} units, {p.gpus_available} GPUs")
+    for q in rep.quarantined:
+        lines.append(f"  quarantined {q.slot} ({q.instance_id}): {q.reason_code}"
+                     + (" -> replaced" if q.replaced else " (not replaced)"))
+    for a, b in rep.link_faults:
+        lines.append(f"  link fault {a} <-> {b} (escalate; both nodes admitted)")
+    kind = "modelled" if modelled else "measured stage"
+    lines.append(f"  time-to-pool ({kind}): {t['pipelined_s' if rep.pipelining else 'sequential_s']:.0f} s "
+                 f"(sequential {t['sequential_s']:.0f} s, pipelined {t['pipelined_s']:.0f} s, "
+                 f"lower bound {t['lower_bound_s']:.0f} s); wall {rep.wall_seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def _dry_run(plan, state, location: str) -> None:
+    click.echo(f"journal: {location} ({state.events} events; "
+               f"{'halted: ' + state.halt_reason if state.halted else 'finished' if state.finished else 'unfinished' if state.started else 'none yet'})")
+    for name, a in state.acceptance.items():
+        click.echo(f"acceptance {name}: {a.status.value} (attempt {a.attempt})"
+                   + (f" {', '.join(a.reason_codes)}" if a.reason_codes else ""))
+    for b in plan.batches:
+        bs = state.batches.get(b.number)
+        nodes = plan.batch_nodes(b.number)
+        decided = [state.nodes[s.name] for s in nodes if s.name in state.nodes
+                   and state.nodes[s.name].stage.value in ("admitted", "quarantined")]
+        click.echo(f"batch {b.number}{' (canary)' if b.canary else ''}: {len(nodes)} slots {nodes[0].name} .. "
+                   f"{nodes[-1].name}; {bs.stage.value if bs else 'pending'}; decided {len(decided)}"
+                   + "".join(f"\n  {n.slot}: {n.stage.value}{' ' + n.reason_code if n.reason_code else ''}"
+                             for n in decided if n.stage.value == "quarantined"))
+    click.echo("dry run: nothing was provisioned, configured or changed")

@@ -1,0 +1,305 @@
+"""The simulator's acceptance-stage outputs, in the real tools' formats, with seeded faults.
+
+Why real formats: the simulated stack must exercise the very parsers and checks a real rollout
+uses, so fio, iperf3, ping, fabtests and the smoke job print here what they print on a
+cluster (the shapes of tests/fixtures/real/: fio 3.33 JSON, iperf3 3.12 `-J`, iputils ping,
+fabtests tables, the smoke job's result line under `srun -l`). Healthy figures come from the
+plan and the catalog (the same floors the checks use, with a seeded margin above them); a
+fault moves exactly what it names:
+- `slow_storage`: the file system delivers this fraction of its modelled throughput;
+- `bad_mgmt_nodes`: every pair touching these nodes gets a slow, lossy management link;
+- `diverging_node`: the smoke rank on this node ends with different parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from gpufleet.catalog import InstanceType
+from gpufleet.gates import acceptance as A
+from gpufleet.gates.bundle import FileRecord, Manifest, write_bundle
+from gpufleet.plan.storage import MB, TIB
+from gpufleet.plan.model import StoragePlan
+from gpufleet.spec import AcceptanceConfig, SimAcceptanceFaults, StorageConfig
+
+FIO_VERSION = "fio-3.33"
+PERCENTILES = ("1.000000", "5.000000", "10.000000", "20.000000", "30.000000", "40.000000", "50.000000",
+               "60.000000", "70.000000", "80.000000", "90.000000", "95.000000", "99.000000", "99.500000",
+               "99.900000", "99.950000", "99.990000")
+
+
+@dataclass(frozen=True)
+class AcceptanceFaults:
+    slow_storage: float | None = None  # fraction of the modelled throughput the file system delivers
+    bad_mgmt_nodes: frozenset[str] = field(default_factory=frozenset)
+    diverging_node: str | None = None
+
+
+def faults_from(cfg: SimAcceptanceFaults) -> AcceptanceFaults:
+    """The stack's `gpufleet:simulator.acceptance` faults (their slots checked by the plan,
+    SIM_FAULT_SLOT_UNKNOWN)."""
+    return AcceptanceFaults(slow_storage=cfg.slow_storage, bad_mgmt_nodes=frozenset(cfg.bad_mgmt_nodes),
+                            diverging_node=cfg.diverging_node)
+
+
+# --- fio ------------------------------------------------------------------------------------
+
+def _direction(io_bytes: int, seconds: float, block: int, p50_ns: float, p99_ns: float) -> dict:
+    ios = io_bytes // block if block else 0
+    bw = int(io_bytes / seconds) if seconds > 0 and io_bytes else 0
+    steps = [p50_ns * f for f in (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0, 1.1, 1.2, 1.35)] + \
+            [p99_ns * f for f in (0.6, 0.75, 1.0, 1.1, 1.2, 1.25, 1.3)]
+    clat: dict[str, object] = {"min": int(p50_ns * 0.5), "max": int(p99_ns * 1.4), "mean": round(p50_ns * 1.1, 6),
+            "stddev": round(p50_ns * 0.3, 6), "N": ios}
+    if ios:
+        clat["percentile"] = {k: int(v) for k, v in zip(PERCENTILES, steps)}
+    zero = {"min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0}
+    return {"io_bytes": io_bytes, "io_kbytes": io_bytes // 1024, "bw_bytes": bw, "bw": bw // 1024,
+            "iops": round(ios / seconds, 6) if seconds > 0 else 0.0, "runtime": int(seconds * 1000) if ios else 0,
+            "total_ios": ios, "short_ios": 0, "drop_ios": 0, "slat_ns": zero, "clat_ns": clat,
+            "lat_ns": {k: clat[k] for k in ("min", "max", "mean", "stddev", "N")},
+            "bw_min": 0, "bw_max": 0, "bw_agg": 0.0, "bw_mean": 0.0, "bw_dev": 0.0, "bw_samples": 0,
+            "iops_min": 0, "iops_max": 0, "iops_mean": 0.0, "iops_stddev": 0.0, "iops_samples": 0}
+
+
+def fio_output(name: str, jobs: int, rw: str, bytes_per_job: int, seconds: float, block: int,
+               p50_ns: float = 2e5, p99_ns: float = 2e6) -> str:
+    """fio 3.33 `--output-format=json` for `jobs` identical jobs of one read or write test."""
+    empty = _direction(0, 0, block, 0, 0)
+    moved = _direction(bytes_per_job, seconds, block, p50_ns, p99_ns)
+    entries = [{"jobname": name, "groupid": 0, "error": 0, "eta": 0, "elapsed": max(1, round(seconds)),
+                "job options": {"name": name, "rw": rw, "bs": str(block)},
+                "read": moved if rw in ("read", "randread") else empty,
+                "write": moved if rw == "write" else empty, "trim": empty,
+                "job_runtime": int(seconds * 1000), "usr_cpu": 1.0, "sys_cpu": 5.0, "ctx": 100, "majf": 0, "minf": 20}
+               for _ in range(jobs)]
+    return json.dumps({"fio version": FIO_VERSION, "timestamp": 0, "timestamp_ms": 0, "time": "", "jobs": entries},
+                      indent=2)
+
+
+def storage_outputs(storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
+                    rng: random.Random, faults: AcceptanceFaults = AcceptanceFaults(),
+                    clients: int | None = None) -> dict[str, str]:
+    """`clients`: how many run fio (the stage's nodes), default `storageClients`."""
+    clients = clients or cfg.storage_clients
+    share = faults.slow_storage if faults.slow_storage is not None else rng.uniform(0.9, 1.0)
+    mbs = A.expected_storage_mbs(plan, instance, clients) * share
+    size = 4 * 2**30
+    per_client_s = size / (mbs * MB / clients)
+    ckpt = int(storage.checkpoint_tib * TIB)
+    ckpt_rate = min(plan.aggregate_throughput_mbs, plan.client_throughput_mbs) * share * MB
+    md_ops = cfg.metadata_min_ops * (rng.uniform(2, 4) if faults.slow_storage is None else 0.5)
+    iops = cfg.random_read_min_iops * rng.uniform(3, 6)
+    md_files = 2000
+    md = lambda name: fio_output(name, clients, "read", 4096 * md_files, md_files / (md_ops / clients), 4096)
+    return {
+        A.FIO_SEQ_WRITE: fio_output("seqwrite", clients, "write", size, per_client_s, 2**20),
+        A.FIO_SEQ_READ: fio_output("seqwrite", clients, "read", size, per_client_s * rng.uniform(0.85, 0.95), 2**20),
+        A.FIO_RAND_READ: fio_output("seqwrite", clients, "randread", 4096 * int(iops * 60 / clients), 60, 4096,
+                                    p50_ns=4e5, p99_ns=cfg.random_read_p99_max_ms * 1e6 * 0.3),
+        A.FIO_MD_CREATE: md("md"), A.FIO_MD_STAT: md("md"), A.FIO_MD_DELETE: md("md"),
+        A.FIO_CHECKPOINT: fio_output("checkpoint", cfg.checkpoint_shards, "write", ckpt // cfg.checkpoint_shards,
+                                     ckpt / ckpt_rate if ckpt_rate else 0, 4 * 2**20),
+    }
+
+
+# --- network --------------------------------------------------------------------------------
+
+def iperf3_output(client: str, server: str, bps: float, retransmits: int, streams: int = 8,
+                  seconds: float = 10.0) -> str:
+    """iperf3 3.12 `-J` for a client -> server TCP test over `streams` parallel streams."""
+    per = bps / streams
+    stream = lambda i: {
+        "sender": {"socket": 5 + i, "start": 0, "end": seconds, "seconds": seconds, "bytes": int(per * seconds / 8),
+                   "bits_per_second": per, "retransmits": retransmits // streams, "max_snd_cwnd": 3_000_000,
+                   "max_rtt": 300, "min_rtt": 60, "mean_rtt": 120, "sender": True},
+        "receiver": {"socket": 5 + i, "start": 0, "end": seconds, "seconds": seconds,
+                     "bytes": int(per * seconds / 8), "bits_per_second": per * 0.999, "sender": True}}
+    total = int(bps * seconds / 8)
+    return json.dumps({
+        "start": {"connected": [{"socket": 5 + i, "local_host": client, "local_port": 40000 + i, "remote_host": server,
+                                 "remote_port": 5201} for i in range(streams)],
+                  "version": "iperf 3.12", "system_info": "Linux gpufleet-sim",
+                  "connecting_to": {"host": server, "port": 5201},
+                  "test_start": {"protocol": "TCP", "num_streams": streams, "blksize": 131072, "omit": 0,
+                                 "duration": int(seconds), "bytes": 0, "blocks": 0, "reverse": 0, "tos": 0,
+                                 "target_bitrate": 0}},
+        "intervals": [],
+        "end": {"streams": [stream(i) for i in range(streams)],
+                "sum_sent": {"start": 0, "end": seconds, "seconds": seconds, "bytes": total, "bits_per_second": bps,
+                             "retransmits": retransmits, "sender": True},
+                "sum_received": {"start": 0, "end": seconds, "seconds": seconds, "bytes": int(total * 0.999),
+                                 "bits_per_second": bps * 0.999, "sender": True},
+                "cpu_utilization_percent": {"host_total": 20.0, "host_user": 1.0, "host_system": 19.0,
+                                            "remote_total": 25.0, "remote_user": 1.0, "remote_system": 24.0},
+                "sender_tcp_congestion": "cubic", "receiver_tcp_congestion": "cubic"}}, indent="\t")
+
+
+def ping_output(address: str, rtts_ms: Sequence[float | None]) -> str:
+    """iputils ping: one reply line per answered packet, then the two summary lines."""
+    lines = [f"PING {address} ({address}) 56(84) bytes of data."]
+    got = [r for r in rtts_ms if r is not None]
+    for seq, rtt in enumerate(rtts_ms, 1):
+        if rtt is not None:
+            lines.append(f"64 bytes from {address}: icmp_seq={seq} ttl=64 time={rtt:.3f} ms")
+    n, r = len(rtts_ms), len(got)
+    lines += ["", f"--- {address} ping statistics ---",
+              f"{n} packets transmitted, {r} received, {round(100 * (n - r) / n) if n else 0}% packet loss, "
+              f"time {int(n * 200)}ms"]
+    if got:
+        avg = sum(got) / r
+        mdev = (sum((x - avg) ** 2 for x in got) / r) ** 0.5
+        lines.append(f"rtt min/avg/max/mdev = {min(got):.3f}/{avg:.3f}/{max(got):.3f}/{mdev:.3f} ms")
+    return "\n".join(lines) + "\n"
+
+
+def _fab_size(n: int) -> str:
+    for suffix, unit in (("g", 2**30), ("m", 2**20), ("k", 2**10)):
+        if n >= unit:
+            v = n / unit
+            return f"{v:.1f}{suffix}" if v < 10 and v != int(v) else f"{int(v)}{suffix}"
+    return str(n)
+
+
+def pingpong_output(latency_us: float, peak_mbs: float, iters: int = 1000) -> str:
+    """fi_pingpong's table (libfabric fabtests), sizes 64 B to 1 MiB."""
+    rows = ["bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec"]
+    for size in (64, 256, 1024, 4096, 65536, 2**20):
+        usec = latency_us + size / peak_mbs  # MB/s is bytes per microsecond
+        mbs = size / usec
+        total = 2 * size * iters
+        rows.append(f"{_fab_size(size):<8}{_fab_size(iters):<8}{'=' + _fab_size(iters):<9}{_fab_size(total):<12}"
+                    f"{usec * iters / 1e6:.2f}s{mbs:>11.2f}{usec:>11.2f}{1 / usec:>12.2f}")
+    return "\n".join(rows) + "\n"
+
+
+def rma_bw_output(peak_mbs: float, iters: int = 1000) -> str:
+    """fi_rma_bw's table (name column first), write sizes 8 KiB to 1 MiB."""
+    rows = ["name         bytes   iters   total   time     MB/sec    usec/xfer   Mxfers/sec"]
+    for size in (8192, 65536, 2**20):
+        mbs = peak_mbs * size / (size + 4096)
+        usec = size / mbs
+        rows.append(f"{'write_' + _fab_size(size):<13}{_fab_size(size):<8}{_fab_size(iters):<8}"
+                    f"{_fab_size(size * iters):<8}{usec * iters / 1e6:.2f}s{mbs:>10.2f}{usec:>11.2f}{1 / usec:>12.2f}")
+    return "\n".join(rows) + "\n"
+
+
+def network_outputs(pairs: Sequence[tuple[str, str]], addresses: Mapping[str, str], instance: InstanceType,
+                    cfg: AcceptanceConfig, rng: random.Random,
+                    faults: AcceptanceFaults = AcceptanceFaults()) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for a, b in pairs:
+        bad = a in faults.bad_mgmt_nodes or b in faults.bad_mgmt_nodes
+        files = A.pair_files(a, b)
+        card_bps = instance.card_gbps * 1e9
+        bps = card_bps * (0.05 if bad else rng.uniform(0.85, 0.95))
+        out[files["iperf3"]] = iperf3_output(addresses[a], addresses[b], bps, 40_000 if bad else rng.randint(0, 50))
+        rtts = [None if bad and i % 5 == 0 else rng.uniform(0.04, 0.09) * (20 if bad else 1) for i in range(20)]
+        out[files["ping"]] = ping_output(addresses[b], rtts)
+        line_mbs = instance.card_gbps * 1000 / 8
+        out[files["pingpong"]] = pingpong_output(rng.uniform(14, 19), line_mbs * 0.6)
+        out[files["rma_bw"]] = rma_bw_output(line_mbs * rng.uniform(0.9, 0.97))
+    return out
+
+
+# --- training smoke ----------------------------------------------------------------------------
+
+def smoke_output(hosts: Sequence[str], steps: int, rng: random.Random, samples_per_second: float,
+                 faults: AcceptanceFaults = AcceptanceFaults()) -> str:
+    """What `srun -l ... train_smoke.py` prints: rank-prefixed lines, rank 0's one result line."""
+    loss0 = rng.uniform(30, 60)
+    losses = [round(loss0 * (0.85 ** s) + 0.2, 6) for s in range(steps)]
+    checksum = rng.uniform(-10, 10)
+    checksums = [checksum + (0.37 if h == faults.diverging_node else 0.0) for h in hosts]
+    doc = {"gpufleet_smoke": 1, "world_size": len(hosts), "backend": "nccl", "steps": steps, "loss": losses,
+           "samples_per_second": round(samples_per_second, 1),
+           "allreduce_ms": [round(rng.uniform(0.2, 0.6), 3) for _ in range(steps)],
+           "data_loading_share": round(rng.uniform(0.02, 0.08), 4),
+           "ranks_agree": len(set(checksums)) == 1, "checksums": checksums, "hosts": list(hosts)}
+    return f"0: {json.dumps(doc)}\n"
+
+
+class SimAcceptanceCollector:
+    """Writes each acceptance stage's bundle as the real collectors would, from the outputs above."""
+
+    def __init__(self, storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
+                 seed: int, faults: AcceptanceFaults = AcceptanceFaults()) -> None:
+        self.storage, self.plan, self.instance, self.cfg = storage, plan, instance, cfg
+        self.seed, self.faults = seed, faults
+
+    def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
+        rng = random.Random(f"{self.seed}:{stage}")
+        if stage == "storage":
+            files = storage_outputs(self.storage, self.plan, self.instance, self.cfg, rng, self.faults,
+                                    clients=len(nodes) or None)
+            commands = {name: " ".join(argv) for name, argv in A.fio_commands(
+                self.storage_mount, len(nodes) or self.cfg.storage_clients, int(self.storage.checkpoint_tib * TIB),
+                self.cfg.checkpoint_shards).items()}
+        elif stage == "network":
+            addresses = {n: f"10.0.{i // 250}.{i % 250 + 4}" for i, n in enumerate(nodes)}
+            files = network_outputs(pairs, addresses, self.instance, self.cfg, rng, self.faults)
+            commands = {}
+            for a, b in pairs:
+                f = A.pair_files(a, b)
+                commands.update({f["iperf3"]: f"iperf3 -c {addresses[b]} -t 10 -P 8 -J",
+                                 f["ping"]: f"ping -c 20 -i 0.2 {addresses[b]}",
+                                 f["pingpong"]: f"fi_pingpong -p efa -e rdm -I 1000 {addresses[b]}",
+                                 f["rma_bw"]: f"fi_rma_bw -p efa -e rdm -o write {addresses[b]}"})
+        elif stage == "smoke":
+            hosts = [n for n in nodes for _ in range(self.instance.gpus)]
+            floor = A.smoke_floor(self.instance, len(hosts), self.cfg) or 1000.0
+            files = {A.TRAIN_SMOKE: smoke_output(hosts, self.cfg.smoke_steps, rng, floor * rng.uniform(1.3, 1.8),
+                                                 self.faults)}
+            commands = {A.TRAIN_SMOKE: f"srun -l --nodes={len(nodes)} python {A.SMOKE_SCRIPT}"}
+        else:
+            raise ValueError(f"unknown acceptance stage {stage!r}")
+        manifest = Manifest(slot=f"acceptance-{stage}", collected_by="sim",
+                            files={name: FileRecord(command=commands.get(name, ""), exit_code=0) for name in files})
+        return write_bundle(out, files, manifest)
+
+    def seconds(self, stage: str) -> float:
+        """The stage's modelled wall time (`stage_seconds`), journaled with its verdict."""
+        return stage_seconds(self.storage, self.plan, self.instance, self.cfg, self.seed, self.faults)[stage]
+
+    @property
+    def storage_mount(self) -> str:
+        return f"{self.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
+
+
+# --- modelled durations (bench/bench_acceptance.py; derived from the outputs above) ----------
+
+COMMAND_OVERHEAD_S = 5.0  # starting one command on the nodes (srun / ssh), each
+SMOKE_STARTUP_S = 60.0  # container start, torch import, NCCL init (measured here: 30-60 s on CPU)
+PING_INTERVAL_S = 0.2
+
+
+def stage_seconds(storage: StorageConfig, plan: StoragePlan, instance: InstanceType, cfg: AcceptanceConfig,
+                  seed: int = 0, faults: AcceptanceFaults = AcceptanceFaults()) -> dict[str, float]:
+    """Modelled wall time of each acceptance stage: what its tools report they ran for.
+
+    The fio tests run one after the other (they share the file system); the network pairs run
+    in parallel, a block's pairs one after another (they share the block's nodes); the smoke
+    job's steps at its samples per second, after its start-up.
+    """
+    from gpufleet.gates.parsers import fio as fio_parser, iperf3 as iperf3_parser
+
+    rng = random.Random(seed)
+    files = storage_outputs(storage, plan, instance, cfg, rng, faults)
+    storage_s = 0.0
+    for name, text in files.items():
+        run = fio_parser.parse_json(text)
+        storage_s += max(run.runtime_s("read"), run.runtime_s("write")) + COMMAND_OVERHEAD_S
+    pair = network_outputs([("a", "b")], {"a": "10.0.0.1", "b": "10.0.0.2"}, instance, cfg, rng)
+    f = A.pair_files("a", "b")
+    per_pair = (iperf3_parser.parse_json(pair[f["iperf3"]]).seconds or 0) + 20 * PING_INTERVAL_S
+    for name in (f["pingpong"], f["rma_bw"]):  # the tables' `time` column: the run's own measure
+        per_pair += sum(float(line.split()[-4].rstrip("s")) for line in pair[name].splitlines()[1:])
+    network_s = cfg.efa_pairs_per_block * (per_pair + 4 * COMMAND_OVERHEAD_S)
+    ranks = cfg.smoke_nodes * instance.gpus
+    floor = A.smoke_floor(instance, ranks, cfg) or 1000.0
+    smoke_s = SMOKE_STARTUP_S + cfg.smoke_steps * ranks * 64 / (floor * 1.5) + COMMAND_OVERHEAD_S
+    return {"storage": round(storage_s, 1), "network": round(network_s, 1), "smoke": round(smoke_s, 1)}

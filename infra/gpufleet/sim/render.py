@@ -1,0 +1,331 @@
+"""One simulated node's preflight bundle, in the real tools' formats, written fast.
+
+Why on top of `gpufleet.gates.synth`: one generator of real-format output keeps the simulator, the
+gate tests and the benchmark from drifting apart; what synth does not render (Xid 74/119 kernel
+lines, a GPU fallen off the bus, slow NVLinks, a driver that does not load) is layered here on
+synth's output. Why templates: healthy nodes differ only in names and ids, so 1,250 bundles are
+a handful of rendered templates plus a host-name substitution, and each file is one
+open/write/close.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Mapping
+
+from gpufleet import catalog
+from gpufleet.gates import bundle as B
+from gpufleet.gates import synth
+from gpufleet.gates.image import image_runtime
+
+SYNTH_HOST = "ip-10-0-0-1"  # the host name synth prints in kernel and NCCL lines
+SYNTH_IP = "10.0.0.1<"  # and its address in NCCL socket lines
+BAD_GPU = 3  # the GPU synth marks faulty; Xid lines and dropped GPUs use the same one
+NVSMI_FAILED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                "latest NVIDIA driver is installed and running.\n")
+
+# Xid text as the driver prints it (research appendix; NVIDIA Xid catalog)
+XID_TEXT = {
+    48: "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the "
+        "framebuffer at partition 6, subpartition 0.",
+    64: "pid='<unknown>', name=<unknown>, Row Remapper Error: (0x00000002eebc4100) - All reserved rows for bank are "
+        "remapped",
+    74: "pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 4(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, "
+        "0x0)",
+    79: "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    119: "pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU3 GSP! Expected "
+         "function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+}
+FAULT_XID = {"xid-48": 48, "xid-64": 64, "xid-74": 74, "xid-79": 79, "xid-119": 119}
+SYNTH_FAULTS = {
+    "ecc-uncorrectable": {"ecc_uncorrectable"}, "xid-48": {"ecc_uncorrectable"},
+    "row-remap-failure": {"remap_failure"}, "row-remap-pending": {"remap_pending"},
+    "nvlink-down": {"nvlink_down"}, "efa-missing": {"efa_missing", "socket_fallback"},
+}
+SLOW_NVLINK_FACTOR = 0.8  # degraded NVLinks: ~20% off the intra-node busbw, under the 0.9 floor
+
+
+def healthy_intra_busbw(sku: catalog.InstanceType) -> float:
+    """The catalog's floors are set at ~90% of what healthy nodes reach (research (b))."""
+    return round(sku.intra_node_busbw_floor_gbs / 0.9, 1)
+
+
+def nccl_code(version: str) -> str:
+    """NCCL_VERSION_CODE as nccl-tests prints it: 2.27.5 -> 22705."""
+    parts = [int(x) for x in version.split(".")[:3] if x.isdigit()] + [0, 0, 0]
+    return str(parts[0] * 10000 + parts[1] * 100 + parts[2])
+
+
+def skewed(version: str) -> str:
+    """The previous minor release of a version (2.27.5 -> 2.26.5): the typical stale-image skew."""
+    parts = version.split(".")
+    if len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) > 0:
+        parts[1] = str(int(parts[1]) - 1)
+    else:
+        parts[0] = str(max(0, int(parts[0]) - 1)) if parts[0].isdigit() else parts[0]
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class NodeLook:
+    """What decides a bundle's content apart from names: the template key."""
+
+    instance_type: str
+    os: str  # the node OS as the BOM names it
+    versions: tuple[tuple[str, str], ...]
+    fault: str | None
+    systemic: str
+    factor: float  # the node's bandwidth factor
+    dcgm_level: int
+    workload_image: str | None = None  # the stack's pinned image: the bundle gets its listing and GPU probe
+    pool: str | None = None  # picks the image runtime whose listing format is rendered (gates.image.image_runtime)
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    slot: str
+    instance_id: str
+    private_ip: str
+    batch: int
+    block: int
+    stack: str
+
+    @property
+    def hostname(self) -> str:
+        return "ip-" + self.private_ip.replace(".", "-")
+
+
+@dataclass
+class Template:
+    files: dict[str, bytes]
+    exit_codes: dict[str, int]  # per file; 0 unless the tool failed
+    hosted: frozenset[str]  # files that name the host
+    manifest_json: str  # manifest.json with PLACEHOLDER in each of NODE_FIELDS
+
+
+NODE_FIELDS = ("slot", "instance_id", "stack", "batch", "block")
+PLACEHOLDER = "@@{}@@"  # stands for one node field in a manifest template; never a real value
+
+
+def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
+    """The bundle's files for this look, and the exit codes that differ from 0."""
+    sku = catalog.get(look.instance_type)
+    versions = dict(look.versions)
+    faults = set(SYNTH_FAULTS.get(look.fault or "", ()))
+    if look.systemic == "nccl-socket-fallback":
+        faults.add("socket_fallback")
+    if look.fault == "version-skew":
+        versions["nccl"] = skewed(versions["nccl"])
+    busbw = healthy_intra_busbw(sku) * look.factor * (SLOW_NVLINK_FACTOR if look.fault == "slow-nvlink" else 1.0)
+    node = synth.NodeSpec(slot="template", instance_type=look.instance_type, faults=frozenset(faults),
+                          intra_busbw=round(busbw, 2), versions=versions, os=look.os)
+    files = synth.node_files(node)
+    files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
+    rc: dict[str, int] = {}
+    if look.workload_image is not None:
+        runtime, present = image_runtime(look.pool), look.fault != "image-missing"
+        files[B.IMAGE_LIST] = synth.image_list(look.workload_image, runtime, present)
+        files[B.IMAGE_GPUS], rc[B.IMAGE_GPUS] = synth.image_gpus(look.workload_image, runtime, sku.gpu_model,
+                                                                 sku.gpus, present)
+    if "efa_missing" in faults:
+        rc[B.FI_INFO] = 1
+    files[B.SMI_Q] = _with_clock_counters(files[B.SMI_Q])
+    xid = FAULT_XID.get(look.fault or "")
+    if xid is not None:
+        files[B.KERNEL_LOG] += _xid_line(xid)
+    if look.fault == "xid-79":
+        _drop_gpu(files, sku)
+    if look.fault == "slow-nvlink":
+        files[B.NVLINK_S] = _slow_links(files[B.NVLINK_S])
+    if look.systemic == "driver-broken":
+        _driver_broken(files, rc, versions)
+    return files, rc
+
+
+CLOCK_COUNTERS = ("    Clocks Event Reasons Counters\n" + "".join(
+    f"        {k:<47}: 0 us\n" for k in ("SW Power Capping", "Sync Boost", "SW Thermal Slowdown", "HW Thermal Slowdown",
+                                       "HW Power Braking")))
+
+
+def _with_clock_counters(text: str) -> str:
+    """`nvidia-smi -q` prints the event-reason counters after the reasons (driver >= 535, as in the
+    real H100 capture); an idle, healthy node has spent 0 us in each."""
+    if "Clocks Event Reasons Counters" in text:
+        return text
+    return text.replace("\n    ECC Mode\n", "\n" + CLOCK_COUNTERS + "    ECC Mode\n")
+
+
+def _xid_line(xid: int) -> str:
+    bus = 0x53 + 0x10 * BAD_GPU
+    return (f"2026-07-14T08:05:{xid % 60:02d}+0000 {SYNTH_HOST} kernel: NVRM: Xid (PCI:0000:{bus:02x}:00): {xid}, "
+            f"{XID_TEXT[xid]}\n")
+
+
+def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
+    """Xid 79: the GPU is gone from NVML, so from every nvidia-smi listing and the container."""
+    bus = f"{0x53 + 0x10 * BAD_GPU:02X}:00.0"
+    lines = files[B.QUERY_GPU].splitlines()
+    header = [h.strip() for h in lines[0].split(",")]
+    count_col = header.index("count") if "count" in header else None
+    rows = []
+    for line in lines[1:]:
+        if bus in line:
+            continue
+        cells = line.split(", ")
+        if count_col is not None:
+            cells[count_col] = str(sku.gpus - 1)
+        rows.append(", ".join(cells))
+    files[B.QUERY_GPU] = "\n".join([lines[0], *rows]) + "\n"
+    out, skip = [], False
+    for line in files[B.SMI_Q].splitlines():
+        if line.startswith("GPU "):
+            skip = bus in line
+        if line.startswith("Attached GPUs"):
+            line = line.rsplit(":", 1)[0] + f": {sku.gpus - 1}"
+        if not skip:
+            out.append(line)
+    files[B.SMI_Q] = "\n".join(out) + "\n"
+    out, skip = [], False
+    for line in files[B.NVLINK_S].splitlines():
+        if line.startswith("GPU "):
+            skip = line.startswith(f"GPU {BAD_GPU}:")
+        if not skip:
+            out.append(line)
+    files[B.NVLINK_S] = "\n".join(out) + "\n"
+    for name in (B.CONTAINER_GPUS, B.IMAGE_GPUS):
+        if name in files:
+            files[name] = "".join(f"{line}\n" for line in files[name].splitlines()
+                                  if not line.startswith(f"GPU {BAD_GPU}:"))
+    doc = json.loads(files[B.DCGM_DIAG])  # DCGM diagnoses the GPUs NVML still lists
+    for category in doc["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            test["results"] = [r for r in test["results"] if r.get("entity_id") != BAD_GPU]
+    for group in doc["entity_groups"]:
+        group["entities"] = [e for e in group["entities"] if e.get("entity_id") != BAD_GPU]
+    files[B.DCGM_DIAG] = json.dumps(doc, indent=2)
+
+
+def _slow_links(text: str) -> str:
+    """Degraded NVLinks on one GPU: still active, at a quarter of the link rate."""
+    out, gpu = [], None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpu = int(line.split(":", 1)[0].split()[1])
+        elif gpu == BAD_GPU and "GB/s" in line:
+            label, speed = line.rsplit(":", 1)
+            rate = float(speed.split()[0])
+            line = f"{label}: {rate / 4:.3f} GB/s"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _driver_broken(files: dict[str, str], rc: dict[str, int], versions: dict[str, str]) -> None:
+    """An image whose kernel module does not match the user-space driver: nothing reaches NVML."""
+    for name in (B.QUERY_GPU, B.SMI_Q, B.NVLINK_S, B.TOPO_M):
+        files[name] = NVSMI_FAILED
+        rc[name] = 9
+    files[B.KERNEL_LOG] += (
+        f"2026-07-14T08:00:07+0000 {SYNTH_HOST} kernel: NVRM: API mismatch: the client has the version "
+        f"{versions['nvidia_driver']}, but\n"
+        f"2026-07-14T08:00:07+0000 {SYNTH_HOST} kernel: NVRM: this kernel module has the version 550.127.08.  "
+        "Please\n"
+        f"2026-07-14T08:00:07+0000 {SYNTH_HOST} kernel: NVRM: The NVIDIA probe routine failed for 8 device(s).\n")
+    files[B.DCGM_DIAG] = ("Error: unable to establish a connection to the specified host: localhost\n"
+                          "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
+    rc[B.DCGM_DIAG] = 255
+    files[B.FABRICMANAGER] = "failed\n"
+    rc[B.FABRICMANAGER] = 3
+    files[B.CONTAINER_GPUS] = ("docker: Error response from daemon: failed to create task for container: "
+                               "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.\n")
+    rc[B.CONTAINER_GPUS] = 125
+    if B.IMAGE_GPUS in files:
+        files[B.IMAGE_GPUS] = ("ctr: failed to create shim task: OCI runtime create failed: nvidia-container-cli: "
+                               "initialization error: nvml error: driver not loaded: unknown\n")
+        rc[B.IMAGE_GPUS] = 1
+    code = nccl_code(versions["nccl"])
+    files[B.NCCL_INTRA] = (f"# nccl-tests version 2.13.10 nccl-headers={code} nccl-library={code}\n"
+                           "# Collective test starting: all_reduce_perf\n"
+                           f"{SYNTH_HOST}: Test CUDA failure common.cu:1030 'system has unsupported display driver / "
+                           f"cuda driver combination'\n .. {SYNTH_HOST} pid 1234: Test failure common.cu:891\n")
+    rc[B.NCCL_INTRA] = 1
+    files[B.NCCL_EFA_LOOPBACK] = files[B.NCCL_INTRA]
+    rc[B.NCCL_EFA_LOOPBACK] = 1
+
+
+class BundleWriter:
+    """Renders and writes bundles, one template per distinct look."""
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[NodeLook, datetime], Template] = {}
+
+    def template(self, look: NodeLook, started: datetime) -> Template:
+        key = (look, started)
+        t = self._templates.get(key)
+        if t is None:
+            files, rc = render_files(look)
+            node = synth.NodeSpec(slot="template", instance_type=look.instance_type)
+            m = synth.manifest(node, files, started)
+            records = {name: r.model_copy(update={"exit_code": rc.get(name, 0)}) for name, r in m.files.items()}
+            records[B.DCGM_DIAG] = records[B.DCGM_DIAG].model_copy(
+                update={"command": f"dcgmi diag -r {look.dcgm_level} -j"})
+            m = m.model_copy(update={"collected_by": "sim", "files": records})
+            manifest = B.Manifest.model_validate(m.model_dump()).model_dump(mode="json", exclude_none=True)
+            manifest.update({k: PLACEHOLDER.format(k) for k in NODE_FIELDS})
+            t = Template(files={k: v.encode("utf-8") for k, v in files.items()},
+                         exit_codes={k: rc.get(k, 0) for k in files}, hosted=frozenset(k for k, v in files.items() if SYNTH_HOST in v or SYNTH_IP in v),
+                         manifest_json=json.dumps(manifest, indent=2))
+            if len(self._templates) > 256:
+                self._templates.clear()
+            self._templates[key] = t
+        return t
+
+    def files(self, look: NodeLook, who: NodeIdentity, started: datetime) -> dict[str, bytes]:
+        """The bundle's files as bytes (manifest.json included), named for this node."""
+        t = self.template(look, started)
+        host, ip = who.hostname.encode(), f"{who.private_ip}<".encode()
+        out = {}
+        for name, data in t.files.items():
+            if name in t.hosted:
+                data = data.replace(SYNTH_HOST.encode(), host).replace(SYNTH_IP.encode(), ip)
+            out[name] = data
+        out[B.MANIFEST] = self.manifest(t, who)
+        return out
+
+    def outputs(self, look: NodeLook, who: NodeIdentity, started: datetime) -> dict[str, tuple[str, int]]:
+        """Bundle file name -> (output, exit code) for this node, without the manifest: what stub
+        tools on a rehearsal host print, byte for byte what its bundle would hold."""
+        t = self.template(look, started)
+        files = self.files(look, who, started)
+        return {name: (files[name].decode("utf-8"), t.exit_codes[name]) for name in t.files}
+
+    @staticmethod
+    def manifest(t: Template, who: NodeIdentity) -> bytes:
+        manifest = t.manifest_json
+        for key in NODE_FIELDS:
+            manifest = manifest.replace(json.dumps(PLACEHOLDER.format(key)), json.dumps(getattr(who, key)))
+        return manifest.encode("utf-8")
+
+    def write(self, directory: Path, look: NodeLook, who: NodeIdentity, started: datetime) -> Path:
+        """One bundle folder; each file one open/write/close, a re-run overwrites the same names."""
+        directory.mkdir(parents=True, exist_ok=True)
+        base = str(directory)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+        stale = set(os.listdir(base))
+        for name, data in self.files(look, who, started).items():
+            fd = os.open(os.path.join(base, name), flags, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            stale.discard(name)
+        for name in stale:  # a file from an earlier attempt that this one did not produce
+            os.unlink(os.path.join(base, name))
+        return directory
+
+
+def versions_key(versions: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(versions.items()))

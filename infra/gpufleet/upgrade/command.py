@@ -1,0 +1,87 @@
+"""`gpufleet upgrade -s STACK [--resume] [--dry-run] [--rollback] [--previous-bom PATH]`.
+
+In place (site.yml with the new BOM), or by reimage for the nodes whose AMI is not the stack's
+pinned `image.amiId` (`upgrade.method`, see `gpufleet.upgrade.reimage`).
+
+Exit codes: 0 upgraded (or nothing to do, said so), 2 a BOM that breaks the compatibility rules,
+a previous version not on record, or an unfinished upgrade without --resume (no node drained),
+3 a group failed and was rolled back, or a drain did not finish (the upgrade halted), 1 errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpufleet.errors import GateFailed, UsageError
+
+
+@click.command("upgrade")
+@click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
+@click.option("--resume", is_flag=True, help="Continue the stack's unfinished upgrade from the day-two journal.")
+@click.option("--dry-run", is_flag=True, help="Print the groups the upgrade would take; change nothing.")
+@click.option("--rollback", is_flag=True, help="Return every upgraded group to its recorded previous version.")
+@click.option("--previous-bom", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The BOM the pool runs now, when no earlier upgrade recorded it (needed to roll back).")
+@click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bom: Path | None,
+            force_unlock: bool) -> None:
+    """Bring a live pool to the stack's current BOM and image in grey groups of whole blocks, canary first."""
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.ops import audit
+    from gpufleet.upgrade.orchestrator import Upgrader
+    from gpufleet.upgrade.report import render_text, write
+
+    def warn(message: str) -> None:
+        click.echo(f"gpufleet: warning: {message}", err=True)
+
+    with open_day_two(stack, "upgrade", force_unlock=force_unlock, warn=warn) as d:
+        up = Upgrader(d)
+        if dry_run:
+            _dry_run(d, previous_bom)
+            return
+        current = up.state
+        if rollback:
+            outcome = up.rollback()
+        else:
+            if current is not None and current.stage == "rolling-back":
+                outcome = up.rollback()
+            elif current is not None and current.active:
+                if not resume:
+                    raise UsageError(f"{stack} has an unfinished upgrade to {current.target_digest[:19]}",
+                                     field="--resume", expected="--resume to continue it (or --rollback)")
+                outcome = up.run()
+            else:
+                nothing = up.start(previous_bom)
+                if nothing is not None:
+                    click.echo(nothing.message)
+                    return
+                outcome = up.run()
+        paths = write(d, outcome, d.project.reports_dir(stack))
+        audit.day_two(d, "upgrade", "rollback" if rollback else "to the stack's BOM", halted=outcome.halted,
+                      groups_done=list(outcome.groups_done))
+    click.echo(render_text(outcome))
+    click.echo("reports: " + ", ".join(str(p) for p in paths.values()))
+    if outcome.halted:
+        raise GateFailed(f"upgrade halted: {outcome.message}")
+
+
+def _dry_run(d, previous_bom) -> None:
+    from gpufleet.bom import load_bom
+    from gpufleet.upgrade.orchestrator import Upgrader, nothing_message
+    from gpufleet.upgrade.plan import limits, plan_groups
+
+    target = load_bom(d.project.path(d.spec.image.bom))
+    c = Upgrader(d).changes(target)
+    if not c.todo:
+        click.echo(nothing_message(d.stack, len(c.current), target.digest(), c.ami))
+        return
+    groups = plan_groups(d.plan, c.todo, d.spec.upgrade)
+    how = f", {len(c.reimage)} of them by reimage from {c.ami}" if c.reimage else " in place"
+    click.echo(f"upgrade {d.stack} to {target.digest()[:19]}: {len(c.todo)} node(s){how}, in {len(groups)} "
+               f"group(s); at most {limits(d.plan, d.spec.upgrade)} unit(s) per partition out of service")
+    for g in groups:
+        click.echo(f"  group {g.number}{' (canary)' if g.canary else ''}: blocks {list(g.blocks)}, "
+                   f"{len(g.slots)} node(s), units out {dict(g.units)}")
+    click.echo("dry run: nothing was drained or changed")

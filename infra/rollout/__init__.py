@@ -1,2 +1,0 @@
-"""The staged, gated rollout: a pure state machine, its journal, and the orchestrator that drives
-the ports (`ports.py`: Provisioner, Executor, Clock; the Pool lives in `infra.pool.protocol`)."""
