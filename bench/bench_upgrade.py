@@ -30,8 +30,8 @@ from gpufleet.cli import main  # noqa: E402
 from gpufleet.daytwo.context import open_day_two  # noqa: E402
 from gpufleet.pool.command import free_units  # noqa: E402
 from gpufleet.project import load_project  # noqa: E402
-from gpufleet.upgrade.orchestrator import Upgrader  # noqa: E402
-from gpufleet.upgrade.plan import limits  # noqa: E402
+from gpufleet.daytwo.upgrade_run import Upgrader  # noqa: E402
+from gpufleet.daytwo.upgrade_plan import limits  # noqa: E402
 from tests.rollout.project import make_project  # noqa: E402
 
 

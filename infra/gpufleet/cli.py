@@ -201,7 +201,7 @@ from gpufleet.daytwo.patrol_command import patrol as _patrol_command  # noqa: E4
 main.add_command(_patrol_command)
 from gpufleet.sim.late_command import fault as _sim_fault_command  # noqa: E402
 _sim_command.add_command(_sim_fault_command)
-from gpufleet.upgrade.command import upgrade as _upgrade_command  # noqa: E402
+from gpufleet.daytwo.upgrade_command import upgrade as _upgrade_command  # noqa: E402
 main.add_command(_upgrade_command)
 from gpufleet.ops.command import ops as _ops_command  # noqa: E402
 main.add_command(_ops_command)

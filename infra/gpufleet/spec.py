@@ -331,7 +331,7 @@ class UpgradeConfig(_Model):
     one block, each later group `groupGrowth` times the blocks of the one before, never more than
     `maxUnavailableUnits` units of a partition out of service at once (partitions not listed:
     `maxUnavailableFraction` of their units, raised to their largest block when that leaves a unit in
-    service; a block holding all of a partition's units is upgraded in pieces; see infra/gpufleet/upgrade/plan.py)."""
+    service; a block holding all of a partition's units is upgraded in pieces; see gpufleet.daytwo.upgrade_plan)."""
 
     group_growth: float = Field(default=2.0, ge=1.0)
     max_unavailable_units: dict[str, int] = Field(default_factory=dict)

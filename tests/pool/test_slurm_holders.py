@@ -19,7 +19,7 @@ from gpufleet.pool.slurm.cli import SlurmCli
 from gpufleet.pool.slurm.jobs import RunningJob, parse_squeue, squeue_argv
 from gpufleet.pool.slurm.transport import Completed, Status
 from gpufleet.spec import UpgradeConfig
-from gpufleet.upgrade.orchestrator import Upgrader
+from gpufleet.daytwo.upgrade_run import Upgrader
 
 from .conftest import Cluster
 from .contract import record

@@ -11,8 +11,8 @@ import pytest
 from gpufleet.daytwo.journal import DayTwoTransitionError
 from gpufleet.errors import ConfigError
 from gpufleet.spec import load_stack
-from gpufleet.upgrade.reimage import stale_images, target_image, unknown_images
-from gpufleet.upgrade.state import apply_upgrade
+from gpufleet.daytwo.reimage import stale_images, target_image, unknown_images
+from gpufleet.daytwo.state import apply_upgrade
 
 AMI = "ami-0123456789abcdef0"
 

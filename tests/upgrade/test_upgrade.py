@@ -17,8 +17,8 @@ from gpufleet.daytwo.context import open_day_two
 from gpufleet.pool.command import free_units
 from gpufleet.project import load_project
 from gpufleet.sim.installed import VERSION_FAULTS_FILE, VersionFaults
-from gpufleet.upgrade.orchestrator import Upgrader
-from gpufleet.upgrade.plan import limits
+from gpufleet.daytwo.upgrade_run import Upgrader
+from gpufleet.daytwo.upgrade_plan import limits
 from tests.rollout.project import make_project
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
 

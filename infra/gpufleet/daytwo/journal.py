@@ -17,7 +17,7 @@ Events (the journal adds seq, at, stack, version):
     {"type": "replace", "slot": ..., "to": "decided", "action": "admit" | "quarantine", "record": ..., ...}
     {"type": "replace", "slot": ..., "to": "done", "state": <pool state after>}
     {"type": "patrol", "who": ..., "checked": [...], "skipped_busy": [...], "failed": {slot: {...}}}
-    {"type": "upgrade", ...}  (gpufleet.upgrade.state)
+    {"type": "upgrade", ...}  (gpufleet.daytwo.state)
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class DayTwoState:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # slot -> record of a day-two admission
     instances: dict[str, str] = field(default_factory=dict)  # slot -> instance id after a replacement
     patrols: list[dict[str, Any]] = field(default_factory=list)  # patrol summaries (no node lists)
-    upgrade: Any = None  # gpufleet.upgrade.state.UpgradeState, folded by that module's handlers
+    upgrade: Any = None  # gpufleet.daytwo.state.UpgradeState, folded by that module's handlers
     clock: str | None = None  # the ports' clock at the latest event (the simulator's virtual time resumes from it)
 
 
@@ -133,7 +133,7 @@ def _patrol(state: DayTwoState, e: Mapping[str, Any]) -> None:
 
 
 def _upgrade(state: DayTwoState, e: Mapping[str, Any]) -> None:
-    from gpufleet.upgrade.state import apply_upgrade  # the upgrade's own transitions
+    from gpufleet.daytwo.state import apply_upgrade  # the upgrade's own transitions
 
     apply_upgrade(state, e)
 

@@ -313,7 +313,7 @@ class PulumiProvisioner:
         """Read-only, so not serialized: `stack export` reads the last checkpoint, even mid-update."""
         return self._state_nodes()
 
-    # -- gpufleet.upgrade.reimage.Reimager -------------------------------------------------------------
+    # -- gpufleet.daytwo.reimage.Reimager -------------------------------------------------------------
 
     def images(self) -> Mapping[str, str | None]:
         """slot -> the AMI its instance was launched from, as the state records it."""

@@ -95,7 +95,7 @@ class SimProvisioner:
     def inventory(self) -> Mapping[str, Instance]:
         return {slot: port_instance(i) for slot, i in sorted(self.cloud.ledger.current().items())}
 
-    # -- gpufleet.upgrade.reimage.Reimager
+    # -- gpufleet.daytwo.reimage.Reimager
 
     def images(self) -> Mapping[str, str | None]:
         """slot -> the AMI its running instance booted."""

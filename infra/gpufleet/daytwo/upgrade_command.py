@@ -1,7 +1,7 @@
 """`gpufleet upgrade -s STACK [--resume] [--dry-run] [--rollback] [--previous-bom PATH]`.
 
 In place (site.yml with the new BOM), or by reimage for the nodes whose AMI is not the stack's
-pinned `image.amiId` (`upgrade.method`, see `gpufleet.upgrade.reimage`).
+pinned `image.amiId` (`upgrade.method`, see `gpufleet.daytwo.reimage`).
 
 Exit codes: 0 upgraded (or nothing to do, said so), 2 a BOM that breaks the compatibility rules,
 a previous version not on record, or an unfinished upgrade without --resume (no node drained),
@@ -29,9 +29,9 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
             force_unlock: bool) -> None:
     """Bring a live pool to the stack's current BOM and image in grey groups of whole blocks, canary first."""
     from gpufleet.daytwo.context import open_day_two
+    from gpufleet.daytwo.upgrade_report import render_text, write
+    from gpufleet.daytwo.upgrade_run import Upgrader
     from gpufleet.ops import audit
-    from gpufleet.upgrade.orchestrator import Upgrader
-    from gpufleet.upgrade.report import render_text, write
 
     def warn(message: str) -> None:
         click.echo(f"gpufleet: warning: {message}", err=True)
@@ -69,8 +69,8 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
 
 def _dry_run(d, previous_bom) -> None:
     from gpufleet.bom import load_bom
-    from gpufleet.upgrade.orchestrator import Upgrader, nothing_message
-    from gpufleet.upgrade.plan import limits, plan_groups
+    from gpufleet.daytwo.upgrade_plan import limits, plan_groups
+    from gpufleet.daytwo.upgrade_run import Upgrader, nothing_message
 
     target = load_bom(d.project.path(d.spec.image.bom))
     c = Upgrader(d).changes(target)

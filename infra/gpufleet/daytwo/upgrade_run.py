@@ -7,10 +7,10 @@ day-two journal, does one thing, and journals it before the next, so `--resume` 
 continues where the journal says: a drained group is never drained again, a group's previous
 version is on record before any of its nodes is touched, and a verdict is journaled before the
 pool hears of it. Only one group is ever out of service, and its units are within
-`upgrade.maxUnavailableUnits` per partition (`plan.plan_groups`).
+`upgrade.maxUnavailableUnits` per partition (`upgrade_plan.plan_groups`).
 
 The change is applied in place (site.yml with the target BOM) or, for nodes whose AMI is not the
-stack's pinned `image.amiId` (`upgrade.method`, `gpufleet.upgrade.reimage`), by reimage first: the
+stack's pinned `image.amiId` (`upgrade.method`, `gpufleet.daytwo.reimage`), by reimage first: the
 slot's instance replaced from the new image through the provisioner, then configured and gated
 the same way. A rollback reimages such nodes back to the AMI recorded when their group started.
 """
@@ -27,6 +27,9 @@ from gpufleet.bom import Bom, check_compatibility, load_bom, load_compat
 from gpufleet.daytwo.context import DayTwo
 from gpufleet.daytwo.gating import Verdicts, gate_nodes, launch_kind
 from gpufleet.daytwo.lifecycle import partners
+from gpufleet.daytwo.reimage import INPLACE, REIMAGE, reimager, stale_images, target_image, unknown_images
+from gpufleet.daytwo.state import GroupState, UpgradeState
+from gpufleet.daytwo.upgrade_plan import plan_groups
 from gpufleet.errors import ConfigError, UsageError
 from gpufleet.gates import versions as gate_versions
 from gpufleet.gates.admission import AdmissionRecord
@@ -35,9 +38,6 @@ from gpufleet.pool.protocol import Evicting, HasHolders, NodeState, PendingNode
 from gpufleet.durable import write_atomic
 from gpufleet.rollout.orchestrator import Adapters
 from gpufleet.rollout.ports import Executor, Instance
-from gpufleet.upgrade.plan import plan_groups
-from gpufleet.upgrade.reimage import INPLACE, REIMAGE, reimager, stale_images, target_image, unknown_images
-from gpufleet.upgrade.state import GroupState, UpgradeState
 
 
 @dataclass

@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 import gpufleet
+from gpufleet.daytwo.upgrade_run import Outcome
 from gpufleet.reports.document import Document, Paragraph, Section, Status, SummaryItem, Table, Tone
 from gpufleet.reports.write import write_report
-from gpufleet.upgrade.orchestrator import Outcome
 
 SCHEMA_VERSION = 1
 

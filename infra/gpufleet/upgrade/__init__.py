@@ -1,1 +1,0 @@
-"""Grey upgrades of a live pool: `gpufleet upgrade` (plan, journaled state, orchestrator, command)."""
