@@ -15,7 +15,8 @@ from gpufleet.bom import load_bom
 from gpufleet.errors import ConfigError
 from gpufleet.gates import bundle as B, synth
 from gpufleet.gates.bundle import Bundle, FileRecord, Manifest
-from gpufleet.gates.checks import NodeEvidence, check_workload_image
+from gpufleet.gates.checks.container import check_workload_image
+from gpufleet.gates.checks.evidence import NodeEvidence
 from gpufleet.gates.evaluate import check_node
 from gpufleet.gates.image import image_runtime
 from gpufleet.gates.parsers.images import normalise, parse_image_list, split_reference

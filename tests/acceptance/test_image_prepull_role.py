@@ -17,7 +17,8 @@ import pytest
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.bundle import Bundle, FileRecord, Manifest, read_bundle, write_bundle
-from gpufleet.gates.checks import NodeEvidence, check_workload_image
+from gpufleet.gates.checks.container import check_workload_image
+from gpufleet.gates.checks.evidence import NodeEvidence
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import Verdict
 

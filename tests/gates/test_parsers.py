@@ -51,7 +51,8 @@ def test_q_real_h100(real):
 
 def test_healthy_synthetic_parses_like_the_real_capture(real):
     """The simulator/synth output must read to the same fields as the real H100 capture (DESIGN 10)."""
-    from gpufleet.gates import checks, synth
+    from gpufleet.gates import synth
+    from gpufleet.gates.checks import evidence
 
     real_q = nvidia_smi.parse_q(real("nvidia_smi_q__h100_1gpu_drv590__nvidia_gpu_exporter_capture.txt")).gpus[0]
     real_csv = nvidia_smi.parse_query_csv(
@@ -60,11 +61,11 @@ def test_healthy_synthetic_parses_like_the_real_capture(real):
     syn_q = nvidia_smi.parse_q(synth.smi_q(node)).gpus[0]
     syn_csv = nvidia_smi.parse_query_csv(synth.query_gpu_csv(node)).rows[0]
     skip = {"driver", "bus_id", "hw_thermal_us", "hw_power_brake_us"}
-    a = {k: v for k, v in checks._from_csv(real_csv).items() if k not in skip}
-    b = {k: v for k, v in checks._from_csv(syn_csv).items() if k not in skip}
+    a = {k: v for k, v in evidence._from_csv(real_csv).items() if k not in skip}
+    b = {k: v for k, v in evidence._from_csv(syn_csv).items() if k not in skip}
     assert a == b
-    fa = {k: v for k, v in checks._from_q(real_q).items() if k not in skip}
-    fb = {k: v for k, v in checks._from_q(syn_q).items() if k not in skip}
+    fa = {k: v for k, v in evidence._from_q(real_q).items() if k not in skip}
+    fb = {k: v for k, v in evidence._from_q(syn_q).items() if k not in skip}
     assert fa == fb
 
 

@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from gpufleet.gates import checks, synth
+from gpufleet.gates import synth
+from gpufleet.gates.checks import evidence
 from gpufleet.gates.parsers import common, dcgm, efa, nvidia_smi
 from tests.gates import _reference_parsers as ref
 from tests.gates.conftest import OWN, REAL
@@ -145,9 +146,9 @@ def test_query_csv_matches_reference(i):
 
 @pytest.mark.parametrize("i", range(len(CSV)))
 def test_gpu_records_match_reference(i):
-    """checks._from_csv over QueryTable rows (units on) = the former _from_csv over QueryCsv rows."""
+    """evidence._from_csv over QueryTable rows (units on) = the former _from_csv over QueryCsv rows."""
     for k, t in enumerate(_csv_mutations(CSV[i], i)):
-        fast = [checks._from_csv(r) for r in nvidia_smi.read_query_table(t).records()]
+        fast = [evidence._from_csv(r) for r in nvidia_smi.read_query_table(t).records()]
         assert fast == [ref.gpu_record_from_csv(r) for r in ref.parse_query_csv(t).rows], (i, k)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpufleet.gates import baseline, bundle as B, xid
 from gpufleet.gates.bundle import Bundle, Manifest
-from gpufleet.gates.checks import NodeEvidence
+from gpufleet.gates.checks.evidence import NodeEvidence
 from gpufleet.gates.parsers import dcgm, efa, nccl_debug, nccl_tests, nvidia_smi
 from gpufleet.gates.verdict import Verdict
 

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from gpufleet.gates import bundle as B
-from gpufleet.gates.checks import _from_csv, _from_q
+from gpufleet.gates.checks.evidence import _from_csv, _from_q
 from gpufleet.gates.launch import launch_spec
 from gpufleet.gates.parsers import dcgm, efa, kernel_log, nccl_debug, nccl_tests, nvidia_smi
 from gpufleet.gates.parsers.common import strip_rank_prefix

@@ -20,15 +20,19 @@ from typing import Sequence
 
 from gpufleet.gates import baseline
 from gpufleet.gates import bundle as B
-from gpufleet.gates import checks as C
+from gpufleet.gates.checks.efa_nccl import check_efa
+from gpufleet.gates.checks.evidence import NodeEvidence
+from gpufleet.gates.checks.fabric import check_fabric_manager, check_nvlink
+from gpufleet.gates.checks.gpu import check_ecc_uncorrectable, check_gpu_count, check_row_remap
+from gpufleet.gates.checks.kernel_log import check_kernel_log
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, Verdict
 from gpufleet.pool.protocol import NodeState, PoolState
 
 PATROL_FILES = (B.QUERY_GPU, B.REMAPPED_ROWS, B.SMI_Q, B.NVLINK_S, B.KERNEL_LOG, B.FI_INFO, B.LSPCI_EFA,
                 B.FABRICMANAGER, B.NCCL_INTRA)
-PATROL_CHECKS = (C.check_gpu_count, C.check_ecc_uncorrectable, C.check_row_remap, C.check_kernel_log, C.check_nvlink,
-                 C.check_fabric_manager, C.check_efa)
+PATROL_CHECKS = (check_gpu_count, check_ecc_uncorrectable, check_row_remap, check_kernel_log, check_nvlink,
+                 check_fabric_manager, check_efa)
 FAILING = (Verdict.REMEDIATE, Verdict.QUARANTINE)
 REGRESSED = "busbw-regressed"
 _ISO = re.compile(r"^\s*\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?)")
@@ -90,7 +94,7 @@ def judge(bundle: B.Bundle, settings: GateSettings, baseline_gbs: float | None, 
     files = dict(bundle.files)
     if B.KERNEL_LOG in files:
         files[B.KERNEL_LOG] = since_filter(files[B.KERNEL_LOG], since)
-    ev = C.NodeEvidence(dataclasses.replace(bundle, files=files))
+    ev = NodeEvidence(dataclasses.replace(bundle, files=files))
     results: list[CheckResult] = []
     for check in PATROL_CHECKS:
         results.extend(check(ev, settings))

@@ -2,7 +2,7 @@
 
 The image pre-pull is judged per node, in the preflight gates (infra/gpufleet/gates/image.py).
 
-Why one module beside checks.py: these stages judge the stack (a file system, a management
+Why one module beside checks/: these stages judge the stack (a file system, a management
 network, a fabric sample, a job across nodes), not one node's preflight, yet they speak the same
 language (a bundle in, CheckResults with taint-safe reason codes out), so the rollout journals
 and reports them like any gate. Pure: the bundle is already in memory.
@@ -36,9 +36,8 @@ from pydantic import BaseModel, ConfigDict
 from gpufleet.catalog import InstanceType
 from gpufleet.gates.bundle import Bundle
 from gpufleet.gates.launch import LaunchSpec
-from gpufleet.gates.checks import not_collected
 from gpufleet.gates.parsers import fabtests, fio, iperf3, ping, train
-from gpufleet.gates.verdict import CheckResult, Verdict, check_result, worst
+from gpufleet.gates.verdict import CheckResult, Verdict, check_result, not_collected, worst
 from gpufleet.plan.model import StoragePlan
 from gpufleet.plan.storage import MB, TIB, client_mbs
 from gpufleet.spec import AcceptanceConfig, StorageConfig

@@ -164,7 +164,7 @@ class Bundle:
     files: Mapping[str, str]
     problems: tuple[str, ...] = ()
     # why manifest.json could not be used (missing, not JSON, not an object, wrong field types);
-    # the node is then gated with slot = folder name and gets REMEDIATE bad-manifest (checks.py)
+    # the node is then gated with slot = folder name and gets REMEDIATE bad-manifest (checks/manifest.py)
     manifest_problem: str | None = None
 
     @property

@@ -1,0 +1,74 @@
+"""EFA and NCCL: the EFA devices and libfabric provider, NCCL using the EFA network, and the
+node's own all-reduce (correctness and the absolute busbw floor)."""
+
+from __future__ import annotations
+
+from gpufleet.gates import baseline, bundle as B
+from gpufleet.gates.checks.common import P, Q, W, absent_tool, ref, result
+from gpufleet.gates.checks.evidence import NodeEvidence
+from gpufleet.gates.settings import GateSettings
+from gpufleet.gates.verdict import CheckResult, not_collected
+
+
+def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    n = s.sku.efa_interfaces
+    out = []
+    fi, lspci = ev.fi_info, ev.lspci
+    if fi is None and lspci is None:
+        return [not_collected("efa.count", "Q", n, B.FI_INFO, ref(28))]
+    fi_absent = absent_tool(ev, "efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))
+    lspci_absent = absent_tool(ev, "efa.count", "Q", n, B.LSPCI_EFA, ref(28))
+    fi = None if fi_absent is not None else fi  # an absent tool counts nothing
+    lspci = None if lspci_absent is not None else lspci
+    if fi is None and lspci is None:
+        count = lspci_absent or absent_tool(ev, "efa.count", "Q", n, B.FI_INFO, ref(28))
+        return [count or not_collected("efa.count", "Q", n, B.FI_INFO, ref(28)),
+                fi_absent or not_collected("efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))]
+    counts = {k: v for k, v in (("fi_info", fi.devices if fi else None), ("lspci", lspci.efa_devices if lspci else None))
+              if v is not None}
+    low = min(counts.values())
+    if low < n:
+        out.append(result("efa.count", "Q", counts, n, Q, "efa-missing", f"{low} of {n} EFA devices visible {counts}",
+                          ref(28)))
+    elif max(counts.values()) > n:
+        out.append(result("efa.count", "Q", counts, n, W, "efa-count-unexpected", f"more EFA devices than {n}",
+                          ref(28)))
+    else:
+        out.append(result("efa.count", "Q", counts, n, P, None, "", ref(28)))
+    if fi_absent is not None:
+        out.append(fi_absent)
+    elif fi is None:
+        out.append(not_collected("efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29)))
+    elif not fi.provider_ok:
+        if fi.efa_absent is not None:  # libfabric's own words: the efa provider found no device
+            why = fi.efa_absent
+        elif fi.error_code is not None:
+            why = f"fi_getinfo: {fi.error_code}"
+        else:
+            why = "no efa FI_EP_RDM provider"
+        out.append(result("efa.provider", "Q", why, "provider efa, FI_EP_RDM", Q, "efa-provider",
+                          f"libfabric has no usable EFA provider ({why})", ref(29)))
+    else:
+        out.append(result("efa.provider", "Q", "efa", "provider efa, FI_EP_RDM", P, None, "", ref(29)))
+    return out
+
+
+def check_nccl_net(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    expected = "Using network (AWS) Libfabric, Selected provider efa"
+    if (absent := absent_tool(ev, "efa.nccl_net", "Q", expected, B.NCCL_EFA_LOOPBACK, ref(36))) is not None:
+        return [absent]
+    return [baseline.check_efa_used(ev.net, "efa.nccl_net", B.NCCL_EFA_LOOPBACK)]
+
+
+def check_intra_node(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    """Correctness and the absolute floor; the cohort-relative gate needs every node (evaluate)."""
+    if ev.intra is None:
+        return [not_collected("nccl.intra.correctness", "Q", "#wrong 0, out of bounds 0", B.NCCL_INTRA, ref(35)),
+                not_collected("nccl.intra.busbw", "Q", f">= {s.intra_floor} GB/s", B.NCCL_INTRA, ref(34))]
+    if ev.text(B.NCCL_INTRA_JSON) is None or not ev.intra.rows:
+        absent = absent_tool(ev, "nccl.intra.correctness", "Q", "#wrong 0, out of bounds 0", B.NCCL_INTRA, ref(35))
+        if absent is not None:
+            return [absent, absent.model_copy(update={"check_id": "nccl.intra.busbw", "expected":
+                                                      f">= {s.intra_floor} GB/s", "research_ref": ref(34)})]
+    return [baseline.check_correctness(ev.intra),
+            baseline.check_floor(baseline.large_message_busbw(ev.intra, s.baseline_min_bytes), s.intra_floor)]
