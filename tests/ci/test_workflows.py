@@ -292,3 +292,64 @@ def test_every_stack_the_pipeline_names_has_a_stack_file(rollout, nightly) -> No
     named |= {row["stack"] for row in nightly["jobs"]["drift"]["strategy"]["matrix"]["include"]}
     named |= {rollout["jobs"][job]["env"]["STACK"] for job in ("dev", "prod")}
     assert named == {"dev", "prod"} and named <= set(available_stacks())
+
+
+# --- this project's CI: two tiers in parallel, .ci/.cache kept, torch's CPU build pinned ---------------
+
+@pytest.fixture(scope="module")
+def ci() -> dict[str, Any]:
+    return _load(ROOT / ".github" / "workflows" / "ci.yml")
+
+
+def _named(job: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return next(s for s in job["steps"] if str(s.get("name", "")).startswith(prefix))
+
+
+def test_ci_runs_the_fast_and_the_slow_tier_as_parallel_jobs_of_one_script(ci) -> None:
+    job = ci["jobs"]["test"]
+    tiers = {row["tier"]: row["marker"] for row in job["strategy"]["matrix"]["include"]}
+    assert tiers == {"fast": "not slow", "slow": "slow"}, "the two markers together select every test"
+    assert job["strategy"]["fail-fast"] is False, "a failing tier must not cancel the other"
+    assert "needs" not in job and job["timeout-minutes"] <= 60
+    tests = _named(job, "Tests")
+    assert tests["env"]["MARKER"] == "${{ matrix.marker }}"
+    assert re.fullmatch(r'sudo -E env "PATH=\$PATH" bash \.ci/test -q -m "\$MARKER"', tests["run"].strip())
+    # .ci/run stays the whole suite: the same script with no marker
+    assert (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip().endswith("exec bash .ci/test -q")
+
+
+def test_ci_caches_dot_ci_cache_keyed_by_what_fills_it(ci) -> None:
+    job = ci["jobs"]["test"]
+    steps = job["steps"]
+    restore, save = _step_uses(job, "actions/cache/restore@"), _step_uses(job, "actions/cache/save@")
+    assert len(restore) == 1 and len(save) == 1
+    restore, save = restore[0], save[0]
+    key = restore["with"]["key"]
+    for path in ("pyproject.toml", ".ci/setup", ".ci/torch", ".ci/cache", "tests/configure/configure_host.py",
+                 "tests/configure/rpm_fixture_repo.py", "infra/gpufleet/configure/collections.py"):
+        assert f"'{path}'" in key and (ROOT / path).is_file(), path
+    assert "${{ matrix.tier }}" in key, "each tier keeps what it fills"
+    assert save["with"]["key"] == "${{ steps.%s.outputs.cache-primary-key }}" % restore["id"]
+    assert save["with"]["path"] == restore["with"]["path"]
+    assert "cache-hit != 'true'" in save["if"] and "!cancelled()" in save["if"]
+    unpack, tests, pack = _named(job, "Unpack .ci/.cache"), _named(job, "Tests"), _named(job, "Pack .ci/.cache")
+    order = [steps.index(s) for s in (restore, unpack, tests, pack, save)]
+    assert order == sorted(order), "restore, unpack, test, pack, save"
+    assert "sudo bash .ci/cache unpack" in unpack["run"] and "sudo bash .ci/cache pack" in pack["run"]
+    assert pack["if"] == save["if"]
+    # what the tests download is under .ci/.cache
+    assert job["env"]["PIP_CACHE_DIR"].endswith("/.ci/.cache/pip")
+    assert job["env"]["GPUFLEET_CACHE_DIR"].endswith("/.ci/.cache")
+
+
+def test_ci_pins_torch_s_cpu_build_from_pytorch_s_index(ci) -> None:
+    from tests.acceptance.test_smoke_slurm import TORCH_REQUIREMENTS
+
+    job = ci["jobs"]["test"]
+    index = {row["tier"]: row["torch-index"] for row in job["strategy"]["matrix"]["include"]}
+    assert index == {"fast": "", "slow": "https://download.pytorch.org/whl/cpu"}
+    assert _named(job, "Tests")["env"]["GPUFLEET_TORCH_INDEX"] == "${{ matrix.torch-index }}"
+    script = (ROOT / ".ci" / "torch").read_text(encoding="utf-8")
+    pin = re.search(r"^TORCH_CPU_VERSION=(\S+)", script, re.M).group(1)
+    assert TORCH_REQUIREMENTS[0] == (f"torch=={pin}",), "the pin CI installs is the tests' first choice"
+    assert "bash .ci/torch" in (ROOT / ".ci" / "setup").read_text(encoding="utf-8")
