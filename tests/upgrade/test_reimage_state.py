@@ -4,15 +4,12 @@ where one may happen)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from gpufleet.daytwo.journal import DayTwoTransitionError
+from gpufleet.daytwo.reimage import stale_images, target_image, unknown_images
+from gpufleet.daytwo.state import DayTwoState, DayTwoTransitionError, apply
 from gpufleet.errors import ConfigError
 from gpufleet.spec import load_stack
-from gpufleet.daytwo.reimage import stale_images, target_image, unknown_images
-from gpufleet.daytwo.state import apply_upgrade
 
 AMI = "ami-0123456789abcdef0"
 
@@ -42,15 +39,15 @@ def test_stale_and_unknown_images():
 
 
 def _state():
-    state = SimpleNamespace(upgrade=None, records={})
-    apply_upgrade(state, {"to": "started", "target_digest": "sha256:b", "target_bom": "b.yaml", "previous": {},
-                          "method": "reimage", "target_ami": AMI,
-                          "groups": [{"number": 1, "blocks": [0], "slots": ["s1", "s2"]}]})
+    state = DayTwoState()
+    apply(state, {"type": "upgrade", "to": "started", "target_digest": "sha256:b", "target_bom": "b.yaml",
+                  "previous": {}, "method": "reimage", "target_ami": AMI,
+                  "groups": [{"number": 1, "blocks": [0], "slots": ["s1", "s2"]}]})
     return state
 
 
 def _to(state, to, **e):
-    apply_upgrade(state, {"to": to, "group": 1, **e})
+    apply(state, {"type": "upgrade", "to": to, "group": 1, **e})
 
 
 def test_a_reimage_folds_as_intent_then_result_inside_the_drained_stage():
