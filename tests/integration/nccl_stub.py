@@ -54,7 +54,7 @@ def main(fabric_json: str, argv: list[str]) -> int:
     with open(STEPS_LOG, "a", encoding="utf-8") as log:
         log.write(f"{socket.gethostname()} rank {rank} step {os.environ.get('SLURM_JOB_ID')}."
                   f"{os.environ.get('SLURM_STEP_ID')} nodes {','.join(nodes)}\n")
-    # the fields of gpufleet.sim.cloud.NodeProfile the fabric model reads (importing the simulator's
+    # the fields of gpufleet.sim.fleet.NodeProfile the fabric model reads (importing the simulator's
     # cloud costs seconds on every rank)
     profiles = [SimpleNamespace(who=NodeIdentity(stack=fabric["stack"], **fabric["nodes"][n]), fault=None,
                                 systemic="none", factor=1.0) for n in nodes]

@@ -17,7 +17,8 @@ ledger, the remediations applied, the captured program) survives a killed proces
 with the same spec gives the same fleet, faults and answers.
 """
 
-from gpufleet.sim.cloud import NodeProfile, SimulatedCloud
+from gpufleet.sim.cloud import SimulatedCloud
+from gpufleet.sim.fleet import NodeProfile
 from gpufleet.sim.clock import EPOCH, VirtualClock
 from gpufleet.sim.faults import EFFECTS, FaultEffect, SlotTruth, Truth
 

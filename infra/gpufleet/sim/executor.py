@@ -18,7 +18,7 @@ from gpufleet.sim.world import SimInstance
 
 if TYPE_CHECKING:
     from gpufleet.bom import Bom
-    from gpufleet.sim.cloud import NodeProfile, SimulatedCloud
+    from gpufleet.sim.fleet import NodeProfile, SimFleet
 
 
 FAILED_AT = 0.5  # the driver install that fails runs about half way through site.yml
@@ -29,7 +29,7 @@ def unreachable_message(ip: str) -> str:
 
 
 class SimExecutor:
-    def __init__(self, cloud: "SimulatedCloud", bom: "Bom | None" = None) -> None:
+    def __init__(self, cloud: "SimFleet", bom: "Bom | None" = None) -> None:
         self.cloud = cloud
         self.bom = bom  # what configure installs: the stack's BOM unless an upgrade or rollback names another
 

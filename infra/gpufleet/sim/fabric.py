@@ -24,7 +24,7 @@ from gpufleet.pool.protocol import LaunchResult
 from gpufleet.sim.render import nccl_code
 
 if TYPE_CHECKING:
-    from gpufleet.sim.cloud import NodeProfile, SimulatedCloud
+    from gpufleet.sim.fleet import NodeProfile, SimFleet
 
 BAD_NIC_FACTOR = 0.4  # a degraded EFA path on one node (bad cable/optic, card renegotiated down)
 BAD_LINK_FACTOR = 0.5  # one flaky path between two nodes (a bad spine port for their flows)
@@ -188,7 +188,7 @@ def unknown_node(kind: str, node: str) -> str:
 class SimLauncher:
     """`gpufleet.pool.protocol.Launcher` over the simulated fleet; the pool takes it by injection."""
 
-    def __init__(self, cloud: "SimulatedCloud") -> None:
+    def __init__(self, cloud: "SimFleet") -> None:
         self.cloud = cloud
 
     def bad_links(self) -> set[tuple[str, str]]:

@@ -23,7 +23,7 @@ from gpufleet.rollout.ports import Instance, ProvisionResult, ReplaceAction
 from gpufleet.sim.world import SimInstance
 
 if TYPE_CHECKING:
-    from gpufleet.sim.cloud import SimulatedCloud
+    from gpufleet.sim.fleet import SimFleet
 
 ICE = ("InsufficientInstanceCapacity: We currently do not have sufficient {t} capacity in the Availability Zone "
        "you requested ({az}). Our system will be working on provisioning additional capacity.")
@@ -34,7 +34,7 @@ def port_instance(i: SimInstance) -> Instance:
 
 
 class SimProvisioner:
-    def __init__(self, cloud: "SimulatedCloud") -> None:
+    def __init__(self, cloud: "SimFleet") -> None:
         self.cloud = cloud
 
     def provision(self, batch: int, slots: Sequence[NodeSlot]) -> ProvisionResult:
