@@ -20,6 +20,7 @@ from gpufleet.cli import main
 from gpufleet.plan import build_plan
 from gpufleet.reports.audit import RowStatus
 from gpufleet.reports.audit_run import collect_audit
+from gpufleet.reports.sim_sources import sim_sources
 from gpufleet.sim import drift as sd
 from gpufleet.spec import load_stack_path
 from tests.sim.conftest import make_project, open_cloud
@@ -44,7 +45,7 @@ def fleet(tmp_path):
 
 
 def _audit(project, spec, plan):
-    return collect_audit(spec, plan, project, STACK, sd.sim_sources(spec, plan, project, STACK), NOW)
+    return collect_audit(spec, plan, project, STACK, sim_sources(spec, plan, project, STACK), NOW)
 
 
 def _cli(project, *args):

@@ -298,7 +298,7 @@ def test_the_drift_command_exits_0_on_a_clean_moto_stack_and_4_with_drift(tmp_pa
     fake = FakePulumi(previews=[("preview-clean.jsonl", 0, "")], refreshes=[("refresh-clean.jsonl", 0, "")],
                       state=state)
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=ec2)
-    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.stack_sources.stack_sources", lambda *a: sources)
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["--project", str(project.root), "drift", "-s", "dev", "--layer", "cloud", "--json",
                                   "--out", str(out)])
@@ -316,7 +316,7 @@ def test_the_drift_command_exits_1_when_a_layer_cannot_run(tmp_path, monkeypatch
     fake = FakePulumi(previews=[("preview-program-error.jsonl", 255, "error: update failed\n")],
                       refreshes=[("refresh-drift.jsonl", 0, "")])
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=_NoEc2())
-    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.stack_sources.stack_sources", lambda *a: sources)
     r = CliRunner().invoke(main, ["--project", str(project.root), "drift", "-s", "dev", "--layer", "cloud"])
     assert r.exit_code == 1, r.output
     assert "layer(s) could not run: cloud (code-vs-state: pulumi preview" in r.output
@@ -335,7 +335,7 @@ def test_the_audit_exits_1_when_the_fleet_cannot_be_read(tmp_path, monkeypatch):
         return FakePulumi.run(fake, args, *rest, **kw)
     monkeypatch.setattr(fake, "run", export_fails)
     sources = real_sources(load_stack("dev"), project, STACK, pulumi_command=fake, ec2=_NoEc2())
-    monkeypatch.setattr("gpufleet.reports.sources.stack_sources", lambda *a: sources)
+    monkeypatch.setattr("gpufleet.reports.stack_sources.stack_sources", lambda *a: sources)
     r = CliRunner().invoke(main, ["--project", str(project.root), "audit", "-s", "dev"])
     assert r.exit_code == 1, r.output
     assert "pulumi stack export failed" in r.output and "no stack named 'gpu'" in r.output

@@ -26,7 +26,7 @@ def audit(stack: str, as_json: bool, out: Path | None) -> None:
     from gpufleet.project import current_project
     from gpufleet.reports.audit import audit_document
     from gpufleet.reports.audit_run import collect_audit
-    from gpufleet.reports.sources import stack_sources
+    from gpufleet.reports.stack_sources import stack_sources
     from gpufleet.reports.write import write_report
     from gpufleet.spec import load_stack_path
 

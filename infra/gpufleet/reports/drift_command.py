@@ -33,7 +33,7 @@ def drift(stack: str, layers: tuple[str, ...], as_json: bool, out: Path | None, 
     from gpufleet.project import current_project
     from gpufleet.reports.drift import LAYERS, Layer, drift_document
     from gpufleet.reports.drift_run import DriftOptions, run_drift
-    from gpufleet.reports.sources import stack_sources
+    from gpufleet.reports.stack_sources import stack_sources
     from gpufleet.reports.write import write_report
     from gpufleet.spec import load_stack_path
 

@@ -20,7 +20,7 @@ from gpufleet.reports.gate_document import busbw_charts, check_case, gate_cases,
 from gpufleet.reports.render.text import duration, number
 
 if TYPE_CHECKING:
-    from gpufleet.reports.rollout import RolloutReport
+    from gpufleet.reports.rollout_model import RolloutReport
 
 ROLLOUT_SUITE = "gpufleet-rollout"
 PROVISION = "provision"

@@ -467,12 +467,3 @@ def real_sources(spec: Any, project: Any, stack: str, *, pulumi_command: Any = N
     return Sources(fleet=PulumiFleet(pulumi), pulumi=pulumi,
                    scanner=Ec2Scanner(ec2 or ec2_client(spec.cluster.region), stack),
                    software=AnsibleSoftware(executor), baselines=StoredBaselines(project.state_dir(stack)))
-
-
-def stack_sources(spec: Any, plan: Any, project: Any, stack: str) -> Sources:
-    """The simulator answers for a simulated stack; the real cloud and nodes for any other."""
-    if spec.simulated:
-        from gpufleet.sim.drift import sim_sources
-
-        return sim_sources(spec, plan, project, stack)
-    return real_sources(spec, project, stack)
