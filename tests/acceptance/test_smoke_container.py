@@ -13,7 +13,8 @@ from gpufleet.findings import Level
 from gpufleet.gates import acceptance as A
 from gpufleet.gates.image import ENROOT_DIR, enroot_squashfs
 from gpufleet.plan import build_plan
-from gpufleet.rollout.acceptance import smoke_paths, stack_hooks
+from gpufleet.rollout.acceptance import stack_hooks
+from gpufleet.rollout.smoke_stage import smoke_paths
 from gpufleet.spec import ClusterSpec
 from tests.acceptance.test_real_stack_hooks import SPEC, real_wiring
 

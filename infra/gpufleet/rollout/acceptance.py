@@ -33,12 +33,13 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime
 
 from gpufleet.catalog import InstanceType
 from gpufleet.gates import acceptance as A
-from gpufleet.gates.bundle import FileRecord, Manifest, read_bundle, write_bundle
+from gpufleet.gates.bundle import read_bundle
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.gates.launch import LaunchSpec
 from gpufleet.pool.protocol import Launcher, LaunchResult, Pool
 from gpufleet.durable import write_atomic
+from gpufleet.rollout.smoke_stage import smoke_bundle, smoke_paths
 from gpufleet.rollout.state import ACCEPTANCE_STAGES, BatchStage, RolloutState, StageStatus
 from gpufleet.spec import ClusterSpec
 
@@ -323,14 +324,6 @@ class LauncherSmokeCollector:
         return smoke_bundle(out, result, "launcher")
 
 
-def smoke_bundle(out: Path, result: LaunchResult, collected_by: str) -> Path:
-    """The smoke stage's bundle from one launch: its raw output, command, exit code and times."""
-    record = FileRecord(command=result.command, exit_code=result.exit_code, started=result.started,
-                        ended=result.ended)
-    return write_bundle(out, {A.TRAIN_SMOKE: result.output},
-                        Manifest(slot="acceptance-smoke", collected_by=collected_by, files={A.TRAIN_SMOKE: record}))
-
-
 class PoolLauncher:
     """The pool's launcher, asked for at each launch: a real Slurm pool reaches its controller
     through the stack's outputs, which exist only once the first batch's update has run."""
@@ -459,14 +452,6 @@ class AcceptanceHooks:
         for slot in slots:
             blocks.setdefault(block_of[slot], []).append(slot)
         return blocks
-
-
-def smoke_paths(spec: ClusterSpec) -> tuple[str, str]:
-    """(train_smoke.py, its dataset folder) as a real stack's nodes see them: `acceptance.smokeScript`,
-    else where site.yml's workloads role installs it on every node; the dataset on the shared file
-    system's gpufleet-acceptance folder (every rank reads what rank 0 wrote; the base checks write there too)."""
-    base = f"{spec.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
-    return spec.acceptance.smoke_script or f"{A.WORKLOADS_DIR}/{Path(A.SMOKE_SCRIPT).name}", f"{base}/smoke"
 
 
 def smoke_container(spec: ClusterSpec, script: str) -> A.SmokeContainer | None:

@@ -26,7 +26,7 @@ from gpufleet.pool.kubernetes.manifests import nccl_configmap_name
 from gpufleet.pool.kubernetes.smoke_job import SmokeJob, SmokeObjects, smoke_objects
 from gpufleet.pool.protocol import LaunchResult
 from gpufleet.project import Project
-from gpufleet.rollout.acceptance import SMOKE, smoke_bundle, smoke_paths
+from gpufleet.rollout.smoke_stage import SMOKE, smoke_bundle, smoke_paths
 from gpufleet.spec import ClusterSpec
 
 NO_IMAGE = ("no acceptance.workloadImage: the kubernetes pool runs the smoke job in that container image "
