@@ -17,6 +17,7 @@ import pytest
 
 from gpufleet.configure import executor as executor_module
 from gpufleet.configure.runner import AnsibleConfigurator
+from gpufleet.configure.stack_connection import connection_for
 from gpufleet.errors import ConfigError, ConfigErrors, PoolError
 from gpufleet.plan import plan_stack
 from gpufleet.project import find_project
@@ -157,9 +158,9 @@ def test_ssh_through_a_bastion_with_the_os_default_user_and_a_key_path(monkeypat
 
 def test_ssh_user_defaults_to_ubuntu_off_al2023_and_an_explicit_ssm_bucket_wins(project):
     dev = load_stack("dev", project.stacks_dir)
-    ssh = wiring.connection_for(with_configure(dev, connection="ssh"), {}, project)
+    ssh = connection_for(with_configure(dev, connection="ssh"), {}, project)
     assert (ssh.user, ssh.proxy_jump, ssh.private_key_file) == ("ubuntu", None, None)
-    ssm = wiring.connection_for(with_configure(dev, ssm_bucket="ops-ssm-transfer"), SLURM_OUTPUTS, project)
+    ssm = connection_for(with_configure(dev, ssm_bucket="ops-ssm-transfer"), SLURM_OUTPUTS, project)
     assert (ssm.bucket, ssm.region) == ("ops-ssm-transfer", "us-east-1")
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from gpufleet.errors import ConfigError, PoolError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.pool.protocol import Launcher, Pool
+from gpufleet.pool.slurm.files import target_slurm_version
 from gpufleet.project import Project
 from gpufleet.spec import ClusterSpec
 
@@ -74,15 +75,6 @@ def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launc
     raise PoolError(f"no pool adapter for pool.type {spec.pool.type!r}")
 
 
-def target_slurm_version(spec: ClusterSpec, project: Project | None = None) -> str:
-    """The Slurm the nodes run: `pool.slurmVersion`, else the BOM's pin for the stack's OS."""
-    if spec.pool.slurm_version:
-        return spec.pool.slurm_version
-    from gpufleet.bom import load_bom, resolve_bom_path
-
-    return load_bom(resolve_bom_path(spec, project)).for_os(spec.image.os).slurm
-
-
 def real_slurm_cli(spec: ClusterSpec, project: Project, stack: str, outputs: Outputs | None = None) -> "SlurmCli":
     """The Slurm client of a real stack: on this machine when GPUFLEET_SLURM_CLIENT=local, else on
     the stack's controller, reached at the first command (the controller exists only once the
@@ -105,8 +97,8 @@ def real_slurm_cli(spec: ClusterSpec, project: Project, stack: str, outputs: Out
 def controller_transport(spec: ClusterSpec, project: Project, stack: str, outputs: Mapping[str, Any]) -> "Transport":
     """SSH to the controller's private IP (through the configured bastion) or SSM to its instance."""
     from gpufleet.configure.inventory import SshConnection, SsmConnection
+    from gpufleet.configure.stack_connection import slurm_controller
     from gpufleet.pool.slurm.transport import SshTransport, SsmTransport
-    from gpufleet.rollout.wiring import slurm_controller
 
     connection, host = slurm_controller(spec, outputs, project)
     if isinstance(connection, SsmConnection):

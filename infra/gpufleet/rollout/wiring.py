@@ -18,20 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gpufleet.bom import load_bom
+from gpufleet.configure.stack_connection import connection_for, controller_host, stack_output
 from gpufleet.errors import ConfigError
 from gpufleet.gates import versions as gate_versions
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.project import Project
-from gpufleet.rollout.orchestrator import Adapters, Options
 from gpufleet.rollout.ports import Executor, HostOutcome, Instance, RemediateAction, StageResult, WallClock
+from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.spec import ClusterSpec
 
 if TYPE_CHECKING:
     from gpufleet.configure.executor import AnsibleExecutor
-    from gpufleet.configure.inventory import Connection, Node
-
-CONTROLLER_SLOT = "slurm-controller"  # the controller's inventory host (not a GPU node, no slot of the plan)
 
 
 @dataclass
@@ -175,7 +173,7 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
               if outputs.get("fsxDnsName") and outputs.get("fsxMountName") else None)
     if spec.pool.type != "slurm":
         return stack_executor(spec, project, stack, connection, lustre=lustre)
-    ip, instance_id, munge = (_output(outputs, name) for name in
+    ip, instance_id, munge = (stack_output(outputs, name) for name in
                               ("slurmControllerIp", "slurmControllerInstanceId", "slurmMungeKeySecretArn"))
     # the controller play also runs Prometheus and Alertmanager, the node play the exporters
     slurm_vars = write_slurm_config(spec, plan, project, stack, ip) | stack_monitoring_extravars(spec, project, stack)
@@ -218,48 +216,3 @@ def head_node_extravars(spec: ClusterSpec, project: Project, stack: str, slurm_v
                 "ops_webhook_wheel": str(wheel) if wheel.is_file() else "",
                 "ops_webhook_requirement": f"gpufleet=={gpufleet}"}
     return out
-
-
-def connection_for(spec: ClusterSpec, outputs: Mapping[str, Any], project: Project) -> "Connection":
-    """SSM with the configured bucket (else the stack's own `bucket` output), or SSH as configured."""
-    from gpufleet.configure.inventory import SshConnection, SsmConnection
-
-    cfg = spec.configure
-    if cfg.connection == "ssm":
-        bucket = cfg.ssm_bucket or outputs.get("bucket")
-        if not bucket:
-            raise ConfigError("the aws_ssm connection moves files through an S3 bucket, and this stack names none "
-                              "and has no `bucket` output", field="gpufleet:configure.ssmBucket",
-                              expected="an S3 bucket your AWS credentials may read and write, or connection: ssh")
-        return SsmConnection(bucket=str(bucket), region=spec.cluster.region)
-    key = cfg.ssh_private_key_file
-    return SshConnection(user=cfg.ssh_user or ("ec2-user" if spec.image.os == "al2023" else "ubuntu"),
-                         private_key_file=project.path(Path(key).expanduser()) if key else None,
-                         proxy_jump=cfg.ssh_proxy_jump)
-
-
-def slurm_controller(spec: ClusterSpec, outputs: Mapping[str, Any], project: Project) -> tuple["Connection", "Node"]:
-    """How gpufleet reaches a Slurm pool's controller: the stack's configure connection, and the
-    controller as that connection addresses it (its instance id for SSM, its private IP for SSH)."""
-    connection = connection_for(spec, outputs, project)
-    ip, instance_id = (_output(outputs, name) for name in ("slurmControllerIp", "slurmControllerInstanceId"))
-    return connection, controller_host(connection, ip, instance_id)
-
-
-def controller_host(connection: "Connection", ip: str, instance_id: str) -> "Node":
-    """The Slurm controller as an inventory host of group `slurm_controller` (site.yml's controller play)."""
-    from gpufleet.configure.inventory import Node, SsmConnection
-
-    address = instance_id if isinstance(connection, SsmConnection) else ip
-    return Node(slot=CONTROLLER_SLOT, address=address, instance_id=instance_id, groups=("slurm_controller",),
-                gpu=False)
-
-
-def _output(outputs: Mapping[str, Any], name: str) -> str:
-    value = outputs.get(name)
-    if not value:
-        raise ConfigError(f"the stack has no `{name}` output, which a Slurm pool's controller needs",
-                          field="gpufleet:pool.type",
-                          expected="a stack whose Pulumi program created the Slurm controller (its first batch's "
-                                   "`pulumi up` exports it)")
-    return str(value)

@@ -7,8 +7,9 @@ the stack's state dir for review. Nothing in them is secret (munge's key never i
 
 from __future__ import annotations
 
-from gpufleet.plan.model import ClusterPlan
+from gpufleet.bom import load_bom, resolve_bom_path
 from gpufleet.durable import write_atomic
+from gpufleet.plan.model import ClusterPlan
 from gpufleet.pool.slurm.conf import RealFlavour, generate
 from gpufleet.project import Project
 from gpufleet.spec import ClusterSpec
@@ -22,13 +23,18 @@ def ec2_hostname(address: str) -> str:
     return "ip-" + address.replace(".", "-")
 
 
+def target_slurm_version(spec: ClusterSpec, project: Project | None = None) -> str:
+    """The Slurm the nodes run: `pool.slurmVersion`, else the BOM's pin for the stack's OS."""
+    if spec.pool.slurm_version:
+        return spec.pool.slurm_version
+    return load_bom(resolve_bom_path(spec, project)).for_os(spec.image.os).slurm
+
+
 def write_slurm_config(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, controller_ip: str,
                        *, controller_host: str | None = None) -> dict[str, str]:
     """Write slurm.conf, gres.conf and topology.conf under `<state dir>/slurm-config/` (each file
     atomically) for the controller at `controller_ip` (Pulumi's `slurmControllerIp`); return the
     extravars of the `slurm` role."""
-    from gpufleet.pool.factory import target_slurm_version
-
     version = target_slurm_version(spec, project)
     flavour = RealFlavour(controller_host=controller_host or ec2_hostname(controller_ip),
                           controller_address=controller_ip)
