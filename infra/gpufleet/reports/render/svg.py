@@ -14,6 +14,7 @@ elements and an unusable page).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from html import escape as _escape
@@ -32,8 +33,14 @@ OK, LOW, MISSING = "#4C78A8", "#D62728", "#BBBBBB"
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 
 
+# HTML forbids more than XML: C1 controls and the noncharacters are parse errors (WHATWG "input stream").
+_NOT_HTML = re.compile("[\x80-\x9f\ufdd0-\ufdef" + "".join(chr(p << 16 | 0xFFFE) + chr(p << 16 | 0xFFFF)
+                                                     for p in range(1, 17)) + "]")
+
+
 def esc(text: str) -> str:
-    return _escape(clean(text), quote=True)
+    """Text for HTML and inline SVG: without the characters neither may carry, then escaped."""
+    return _escape(_NOT_HTML.sub("", clean(text)), quote=True)
 
 
 def attr_num(value: float | None) -> str:
