@@ -237,4 +237,16 @@ def cross_check_all(described_items: Iterable[Mapping[str, Any]], names: Iterabl
     return findings
 
 
+# The storage base check's client types (gpufleet.plan.storage_clients): network-optimised x86
+# (c6in), "Network specifications", Amazon EC2 Instance Types guide:
+# https://docs.aws.amazon.com/ec2/latest/instancetypes/co.html#co_network (Gbps, baseline = peak here)
+CLIENT_TYPE_GBPS: dict[str, int] = {
+    "c6in.8xlarge": 50,
+    "c6in.12xlarge": 75,
+    "c6in.16xlarge": 100,
+    "c6in.24xlarge": 150,
+    "c6in.32xlarge": 200,
+}
+
+
 from gpufleet.catalog_prices import BASES, Price, price  # noqa: E402,F401  (sourced prices: infra/gpufleet/catalog_prices.py)

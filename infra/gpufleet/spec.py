@@ -240,7 +240,7 @@ class AcceptanceConfig(_Model):
 
     storage_clients: int = Field(default=4, ge=1, le=64)  # fio clients of the storage base check
     # a real stack's clients: non-GPU instances the Pulumi program creates with the file system
-    # (gpufleet.cloud.storage_clients), one of gpufleet.plan.storage_clients.CLIENT_TYPE_GBPS
+    # (gpufleet.cloud.storage_clients), one of gpufleet.catalog.CLIENT_TYPE_GBPS
     storage_client_type: str = "c6in.8xlarge"
     storage_min_share: float = Field(default=0.8, gt=0, le=1)  # of the plan's modelled throughput
     random_read_min_iops: float = Field(default=1000, gt=0)  # aggregate, 4 KiB random reads
@@ -271,10 +271,8 @@ class AcceptanceConfig(_Model):
     @field_validator("storage_client_type")
     @classmethod
     def _known_client_type(cls, v: str) -> str:
-        from gpufleet.plan.storage_clients import CLIENT_TYPE_GBPS  # gpufleet.plan imports this module
-
-        if v not in CLIENT_TYPE_GBPS:
-            raise ValueError(f"storageClientType {v!r} is not one of {', '.join(CLIENT_TYPE_GBPS)}")
+        if v not in catalog.CLIENT_TYPE_GBPS:
+            raise ValueError(f"storageClientType {v!r} is not one of {', '.join(catalog.CLIENT_TYPE_GBPS)}")
         return v
 
 

@@ -6,7 +6,8 @@ import ipaddress
 
 from gpufleet.catalog import CATALOG
 from gpufleet import tagging as t
-from gpufleet.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, SLURMCTLD_PORT, SRUN_PORTS, extra_subnets
+from gpufleet.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, extra_subnets
+from gpufleet.plan.network import SLURMCTLD_PORT, SRUN_PORTS
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 SG = "aws:ec2/securityGroup:SecurityGroup"

@@ -12,7 +12,8 @@ from gpufleet.cloud.capture import capture_program
 from gpufleet.cloud.plain_instance import AMI_PARAMETERS
 from gpufleet.errors import ConfigError
 from gpufleet.plan import build_plan
-from gpufleet.plan.storage_clients import CLIENT_TYPE_GBPS, client_type_mbs, storage_client_findings
+from gpufleet.catalog import CLIENT_TYPE_GBPS
+from gpufleet.plan.storage_clients import client_type_mbs, storage_client_findings
 from gpufleet.spec import ClusterSpec, load_stack
 
 INSTANCE = "aws:ec2/instance:Instance"

@@ -16,7 +16,7 @@ import pulumi_aws as aws
 from gpufleet import tagging as t
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.plan.network import INTERFACE_ENDPOINTS
-from gpufleet.pool.slurm.conf import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports slurm.conf names
+from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports slurm.conf names
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 CONTROL_PLANE_PORTS = (443, 10250)

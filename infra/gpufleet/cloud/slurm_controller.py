@@ -31,7 +31,8 @@ import pulumi_aws as aws
 
 from gpufleet import tagging as t
 from gpufleet.cloud.identity import ASSUME_EC2, MANAGED_POLICIES, secrets_prefix
-from gpufleet.cloud.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS, Network, package_mirror_egress
+from gpufleet.cloud.network import Network, package_mirror_egress
+from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS
 from gpufleet.cloud.plain_instance import hardened_instance_args, plain_ami
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.spec import ClusterSpec

@@ -22,6 +22,11 @@ AWS_RESERVED_PER_SUBNET = 5  # network, VPC router, DNS, future use, broadcast
 INTERFACE_ENDPOINTS = ("ecr.api", "ecr.dkr", "ec2", "ssm", "ssmmessages", "ec2messages", "sts", "logs", "eks",
                        "eks-auth")
 MANAGEMENT_FIXED = {"nat-gateway": 1, "controllers": 4}
+# The ports a real cluster's slurm.conf names (gpufleet.pool.slurm.conf); the security groups
+# (gpufleet.cloud.network) open exactly these, so they are defined once, here.
+SLURMCTLD_PORT = 6817  # nodes -> controller
+SLURMD_PORT = 6818  # controller -> nodes
+SRUN_PORTS = (60001, 63000)  # slurmstepd on the nodes -> srun on the controller
 
 
 def pod_ips_per_node(pods: PodNetworking, ipv4_per_interface: int, pool: str) -> int:

@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import math
 
+from gpufleet.catalog import CLIENT_TYPE_GBPS
 from gpufleet.findings import Finding, warning
 from gpufleet.plan.model import StoragePlan
 
-# Network-optimised x86 (c6in), "Network specifications", Amazon EC2 Instance Types guide:
-# https://docs.aws.amazon.com/ec2/latest/instancetypes/co.html#co_network (Gbps, baseline = peak here)
-CLIENT_TYPE_GBPS: dict[str, int] = {
-    "c6in.8xlarge": 50,
-    "c6in.12xlarge": 75,
-    "c6in.16xlarge": 100,
-    "c6in.24xlarge": 150,
-    "c6in.32xlarge": 200,
-}
 DEFAULT_CLIENT_TYPE = "c6in.8xlarge"
 
 

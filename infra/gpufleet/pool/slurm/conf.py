@@ -33,14 +33,9 @@ from gpufleet.errors import ConfigError, PoolError
 from gpufleet.ops.access import allow_accounts
 from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.protocol import PENDING_REASON
+from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
 from gpufleet.pool.slurm.hostlist import hostlist
 from gpufleet.spec import ClusterSpec, PartitionMode
-
-# The ports a real cluster's slurm.conf names; the security groups (infra/gpufleet/cloud/network.py) open
-# exactly these, so they are defined once, here.
-SLURMCTLD_PORT = 6817  # nodes -> controller
-SLURMD_PORT = 6818  # controller -> nodes
-SRUN_PORTS = (60001, 63000)  # slurmstepd on the nodes -> srun on the controller
 
 TopologyKind = Literal["tree", "block"]
 BLOCK_TOPOLOGY_SINCE = (23, 11)
