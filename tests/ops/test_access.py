@@ -7,6 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
+import celpy
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -30,9 +31,47 @@ def test_kubernetes_teams_get_roles_only_in_their_partitions_and_no_queue_creati
     queue_rules = [r for r in role["rules"] if "localqueues" in r["resources"]]
     assert queue_rules and all(set(r["verbs"]) <= {"get", "list", "watch"} for r in queue_rules)
     policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
-    assert "namespaceObject.metadata.name" in policy["spec"]["validations"][0]["expression"]
+    assert [v["expression"] for v in policy["spec"]["validations"]]  # evaluated in the test below
     labelled = {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"}
     assert labelled == {"train", "sim", "debug"}
+
+
+def _admits(policy: dict, obj: dict, namespace: str) -> bool:
+    """Every validation of the policy evaluated with cel-python as the API server would (object, namespaceObject)."""
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj),
+                  "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace}})}
+    results = [env.program(env.compile(v["expression"])).evaluate(activation) for v in policy["spec"]["validations"]]
+    assert all(isinstance(r, celpy.celtypes.BoolType) for r in results), results  # no CEL error value
+    return all(bool(r) for r in results)
+
+
+def _job(namespace: str, labels: dict | None, kind: str = "Job") -> dict:
+    meta: dict = {"name": "train-1", "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = labels
+    return {"apiVersion": "batch/v1" if kind == "Job" else "jobset.x-k8s.io/v1alpha2", "kind": kind, "metadata": meta}
+
+
+@pytest.mark.parametrize(("namespace", "labels", "kind", "admitted"), [
+    ("train", {"kueue.x-k8s.io/queue-name": "train"}, "Job", True),
+    ("debug", {"kueue.x-k8s.io/queue-name": "debug", "team": "vision"}, "JobSet", True),
+    ("train", None, "Job", False),  # no labels at all
+    ("train", {"team": "vision"}, "Job", False),  # no queue label
+    ("train", {"kueue.x-k8s.io/queue-name": "debug"}, "Job", False),  # another namespace's queue
+    ("train", {"kueue.x-k8s.io/queue-name": ""}, "JobSet", False),
+    ("debug", {"kueue.x-k8s.io/queue-name": "train"}, "JobSet", False),
+])
+def test_the_admission_policy_admits_only_work_submitted_through_its_namespace_queue(
+        namespace: str, labels: dict | None, kind: str, admitted: bool) -> None:
+    objs = acc.kubernetes_objects(TENANTS, ["train", "sim", "debug"])
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    assert _admits(policy, _job(namespace, labels, kind), namespace) is admitted
+    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+    namespace_object = next(o for o in objs if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace)
+    assert selector.items() <= namespace_object["metadata"]["labels"].items()  # the policy applies there
 
 
 def test_slurm_accounts_qos_capped_at_the_partition_quota_and_allow_accounts() -> None:
