@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.daytwo.context import open_day_two
+from gpufleet.daytwo.upgrade_plan import limits
+from gpufleet.daytwo.upgrade_run import Upgrader
 from gpufleet.pool.command import free_units
 from gpufleet.project import load_project
-from gpufleet.daytwo.upgrade_run import Upgrader
-from gpufleet.daytwo.upgrade_plan import limits
 from tests.rollout.project import make_project
 
 NEW_AMI = "ami-0fedcba9876543210"

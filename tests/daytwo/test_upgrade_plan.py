@@ -10,10 +10,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.daytwo.upgrade_plan import limits, plan_groups, units_out
 from gpufleet.errors import ConfigError
 from gpufleet.plan import build_plan
 from gpufleet.spec import ClusterSpec, UpgradeConfig
-from gpufleet.daytwo.upgrade_plan import limits, plan_groups, units_out
 
 REPO = Path(__file__).resolve().parents[2]
 

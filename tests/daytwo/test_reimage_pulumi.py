@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.daytwo.reimage import Reimager
 from gpufleet.errors import ConfigError, ProvisioningError
 from gpufleet.rollout.pulumi_provisioner import slot_ami_key
-from gpufleet.daytwo.reimage import Reimager
 from tests.rollout.test_pulumi_provisioner import (AFTER_UP, BATCH1, EXPORT, STACK, FakePulumi, _argv,
                                                    _provisioner)
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+from gpufleet.daytwo.state import GroupState
+from gpufleet.daytwo.upgrade_run import Upgrader
 from gpufleet.pool.kubernetes.adapter import KubernetesPool
 from gpufleet.pool.kubernetes.api import KubeApi
 from gpufleet.pool.kubernetes.retry import RetryPolicy
 from gpufleet.pool.protocol import NodeState, PendingNode
 from gpufleet.spec import UpgradeConfig
-from gpufleet.daytwo.upgrade_run import Upgrader
-from gpufleet.daytwo.state import GroupState
 from tests.pool import contract
 from tests.pool.kubernetes_fake_api import FakeApiServer, FakeTime
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpufleet.daytwo.context import open_day_two
+from gpufleet.daytwo.upgrade_run import Upgrader
 from gpufleet.project import load_project
 from gpufleet.rollout.journal import KILL_ENV
 from gpufleet.sim.installed import VERSION_FAULTS_FILE, VersionFaults
-from gpufleet.daytwo.upgrade_run import Upgrader
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, ledger, pool_doc, state_dir
-from tests.upgrade.test_upgrade import admitted_slots, digests, retarget
+from tests.daytwo.test_upgrade import admitted_slots, digests, retarget
 
 NEW_AMI = "ami-0123456789abcdef0"
 

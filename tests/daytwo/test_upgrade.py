@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from gpufleet.daytwo.context import open_day_two
+from gpufleet.daytwo.upgrade_plan import limits
+from gpufleet.daytwo.upgrade_run import Upgrader
 from gpufleet.pool.command import free_units
 from gpufleet.project import load_project
 from gpufleet.sim.installed import VERSION_FAULTS_FILE, VersionFaults
-from gpufleet.daytwo.upgrade_run import Upgrader
-from gpufleet.daytwo.upgrade_plan import limits
-from tests.rollout.project import make_project
 from tests.daytwo.fleet import STACK, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
+from tests.rollout.project import make_project
 
 
 def retarget(project: Path, nccl: str = "2.27.7", ofi: str = "1.16.3") -> str:
