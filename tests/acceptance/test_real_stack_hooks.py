@@ -20,7 +20,7 @@ from gpufleet.pool.protocol import LaunchResult
 from gpufleet.rollout.acceptance import (AcceptanceHooks, AcceptanceRunner, LauncherSmokeCollector, PoolLauncher,
                                       StageCollectors, stack_hooks)
 from gpufleet.rollout.acceptance_collect import PlaybookAcceptanceCollector
-from gpufleet.rollout.orchestrator import Adapters
+from gpufleet.rollout.run_config import Adapters
 from gpufleet.rollout.ports import StageResult
 from gpufleet.rollout.state import BatchStage
 from gpufleet.rollout.wiring import Wiring, acceptance_collector

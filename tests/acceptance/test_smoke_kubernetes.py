@@ -28,7 +28,7 @@ from gpufleet.pool.kubernetes.smoke_job import SCRIPT_DIR, SCRIPT_NAME, script_c
 from gpufleet.pool.protocol import PendingNode
 from gpufleet.rollout.acceptance import stack_hooks
 from gpufleet.rollout.kubernetes_smoke import NO_IMAGE, KubernetesSmokeCollector, project_script
-from gpufleet.rollout.orchestrator import Adapters
+from gpufleet.rollout.run_config import Adapters
 from gpufleet.rollout.wiring import Wiring
 from gpufleet.spec import ClusterSpec
 from tests.acceptance.test_smoke_slurm import ensure_torch, free_port

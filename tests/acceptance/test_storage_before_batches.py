@@ -168,7 +168,7 @@ def test_no_file_system_to_mount_is_refused():
 def test_stack_hooks_hand_a_real_stacks_storage_clients_to_the_hooks(tmp_path):
     from gpufleet.plan import build_plan
     from gpufleet.rollout.acceptance import stack_hooks
-    from gpufleet.rollout.orchestrator import Adapters
+    from gpufleet.rollout.run_config import Adapters
     from gpufleet.rollout.wiring import Wiring
 
     cloud = FakeCloud()

@@ -11,7 +11,8 @@ from gpufleet.plan import build_plan
 from gpufleet.pool.sim import SimPool
 from gpufleet.rollout.backends import LocalJournalStore
 from gpufleet.rollout.journal import Journal
-from gpufleet.rollout.orchestrator import Adapters, Options, Orchestrator
+from gpufleet.rollout.orchestrator import Orchestrator
+from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.spec import ClusterSpec
 
 from tests.rollout.fakes import FakeCloud

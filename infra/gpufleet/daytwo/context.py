@@ -22,7 +22,7 @@ from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.project import Project
-from gpufleet.rollout.orchestrator import Adapters
+from gpufleet.rollout.run_config import Adapters
 from gpufleet.rollout.ports import Instance
 from gpufleet.rollout.state import BatchStage, NodeStage, RolloutState
 from gpufleet.spec import ClusterSpec

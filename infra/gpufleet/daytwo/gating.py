@@ -21,8 +21,9 @@ from gpufleet.gates.evaluate import gate_cohort
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import Action, NodeOutcome
 from gpufleet.rollout import baselines as bl
-from gpufleet.rollout.orchestrator import Adapters, remediation_for
+from gpufleet.rollout.batch_stages import remediation_for
 from gpufleet.rollout.ports import HostStatus, Instance, StageResult
+from gpufleet.rollout.run_config import Adapters
 
 
 @dataclass
