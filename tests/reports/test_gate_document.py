@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from gpufleet.gates import bundle as B, junit as gate_junit, synth
+from gpufleet.gates import bundle as B, synth
 from gpufleet.gates.evaluate import gate_cohort
 from gpufleet.gates.settings import GateSettings
 from gpufleet.reports.document import BarChart, CaseStatus, HeatMap, Status, TestCases
-from gpufleet.reports.gate_document import gate_document
+from gpufleet.reports.gate_document import gate_document, gate_junit
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_one_case_per_node_and_check_and_the_same_junit_as_the_gate_command(reco
     failed = {(c.classname, c.name) for c in cases.cases if c.status is CaseStatus.FAIL}
     assert ("gate.bad", "kernel.xid") in failed and ("gate.retest", "ecc.row_remap") in failed
     assert not any(c.startswith("gate.good") for c, _ in failed)
-    root = ET.fromstring(gate_junit.render(records).split("\n", 1)[1])
+    root = ET.fromstring(gate_junit(records).split("\n", 1)[1])
     assert int(root.get("tests")) == len(cases.cases) and int(root.get("failures")) == len(failed)
 
 

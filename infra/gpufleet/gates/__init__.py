@@ -8,5 +8,5 @@ Modules: bundle (the raw-output contract), parsers/ (one per tool), xid (Xid buc
 verdict (CheckResult, worst-of, remediate-then-retest), checks (preflight checks),
 baseline (intra-node all_reduce gate), isolation (multi-node pair/ring attribution),
 launch (srun / MPIJob / mpirun specs), admission (per-node record), evaluate (gate a cohort
-of bundles), junit (JUnit XML), command (the click command).
+of bundles), command (the click command; its JUnit XML is gpufleet.reports.gate_document's).
 """

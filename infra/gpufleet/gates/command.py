@@ -104,7 +104,7 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
          workers: int | None, report_dir: Path | None) -> None:
     """Gate every node bundle in DIRECTORY (raw tool outputs + manifest.json)."""
     from gpufleet import catalog
-    from gpufleet.gates import bundle as B, junit
+    from gpufleet.gates import bundle as B
     from gpufleet.gates.evaluate import gate_folders
     from gpufleet.gates.settings import GateSettings
     from gpufleet.gates.verdict import Action
@@ -140,7 +140,9 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
         out_dir.mkdir(parents=True, exist_ok=True)
         for r in records:
             (out_dir / f"{r.slot}.json").write_text(r.model_dump_json(indent=2), encoding="utf-8")
-        (out_dir / "junit.xml").write_text(junit.render(records), encoding="utf-8")
+        from gpufleet.reports.gate_document import gate_junit
+
+        (out_dir / "junit.xml").write_text(gate_junit(records), encoding="utf-8")
     if report_dir is not None:
         from gpufleet.reports.gate_document import gate_document
         from gpufleet.reports.write import write_report

@@ -15,6 +15,7 @@ from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.gates.verdict import Action, CheckResult, Verdict
 from gpufleet.reports.document import (Bar, BarChart, CaseStatus, Cell, Document, HeatCell, HeatMap, Paragraph,
                                     Section, Status, SummaryItem, Table, TestCase, TestCases, Tone)
+from gpufleet.reports.render.junit import render_cases
 from gpufleet.reports.render.text import number
 
 GATE_SUITE = "gpufleet-gate"
@@ -25,6 +26,11 @@ def gate_cases(records: Sequence[AdmissionRecord], suite: str = GATE_SUITE) -> l
     """One case per node and check. REMEDIATE and QUARANTINE fail (the node is not admitted);
     a WARN passes with the warning as system-out (a warned node is admitted)."""
     return [check_case(c, suite, f"gate.{r.slot}") for r in records for c in r.checks]
+
+
+def gate_junit(records: Sequence[AdmissionRecord], suite: str = GATE_SUITE) -> str:
+    """JUnit XML of the records' checks (`gpufleet gate --out`'s junit.xml), so CI shows failed gates natively."""
+    return render_cases(gate_cases(records, suite), suite)
 
 
 def check_case(c: CheckResult, suite: str, classname: str) -> TestCase:
