@@ -122,10 +122,10 @@ def controller_transport(spec: ClusterSpec, project: Project, stack: str, output
 def _pulumi_outputs(spec: ClusterSpec, project: Project, stack: str) -> Mapping[str, Any]:
     from pulumi.automation.errors import CommandError
 
-    from gpufleet.rollout.pulumi_provisioner import PulumiProvisioner
+    from gpufleet.cloud.pulumi_stack import output_values, select_stack
 
     try:
-        return PulumiProvisioner.for_stack(spec, project, stack).outputs()
+        return output_values(select_stack(project, stack))
     except (CommandError, OSError) as exc:  # no such stack, no backend login, no pulumi CLI
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PoolError(f"cannot read the Pulumi outputs of stack {stack!r}, which name its Slurm controller "

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from gpufleet import tagging as t
+from gpufleet.cloud.pulumi_stack import output_values, select_stack
 from gpufleet.errors import ConfigError, ProvisioningError
 from gpufleet.plan.model import NodeSlot
 from gpufleet.project import Project
@@ -245,10 +246,7 @@ class PulumiProvisioner:
                   ec2: Callable[[], Ec2] | None = None, **kw: Any) -> "PulumiProvisioner":
         """Select `stack` in the project (work_dir = its root, so the CLI reads its Pulumi.yaml, including
         a `backend.url`, and honours PULUMI_BACKEND_URL from the environment like `pulumi` itself)."""
-        from pulumi import automation as auto
-
-        workspace = auto.LocalWorkspace(work_dir=str(project.root), pulumi_command=pulumi_command)
-        selected = auto.Stack.select(stack, workspace)
+        selected = select_stack(project, stack, pulumi_command)
         region = spec.cluster.region
 
         def client() -> Ec2:
@@ -350,7 +348,7 @@ class PulumiProvisioner:
     def outputs(self) -> dict[str, Any]:
         """The stack's outputs as of its last update (`bucket`, `slurmControllerIp`, ...), plain values.
         Read-only like `inventory`: the configure stage reads them after its batch's update."""
-        return {name: _value(out) for name, out in self.stack.outputs().items()}
+        return output_values(self.stack)
 
     # -- steps --------------------------------------------------------------------------------------
 
