@@ -1,13 +1,37 @@
-"""The CLI's contract: exit codes of DESIGN.md section 8 and machine-readable output."""
+"""The CLI's contract: exit codes of DESIGN.md section 8 and machine-readable output.
+
+Every test runs in a throwaway project (the repository's Pulumi.yaml and stacks copied, its code,
+images and playbooks linked) so that what a command writes (`.gpufleet/<stack>/`, reports) lands
+in tmp_path, never in the checkout."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.errors import DriftDetected, ExternalCommandFailed, GateFailed
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def project(tmp_path, monkeypatch) -> Path:
+    """A copy of the repository's project, the current directory and $GPUFLEET_PROJECT for the test."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(REPO / "Pulumi.yaml", root / "Pulumi.yaml")
+    shutil.copytree(REPO / "stacks", root / "stacks")
+    for name in ("infra", "policies", "images", "playbooks"):  # read only
+        (root / name).symlink_to(REPO / name)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GPUFLEET_PROJECT", str(root))
+    return root
 
 
 def run(*args):
@@ -95,7 +119,7 @@ def test_library_errors_map_to_their_exit_codes(monkeypatch):
         assert "gpufleet:" in result.output
 
 
-def test_image_prints_the_packer_build_with_the_bom_digest():
+def test_image_prints_the_packer_build_with_the_bom_digest(project):
     from gpufleet.bom import load_bom, resolve_bom_path
     from gpufleet.spec import load_stack
 
@@ -107,6 +131,7 @@ def test_image_prints_the_packer_build_with_the_bom_digest():
     assert f"bom_digest={digest}" in argv and "os=ubuntu-22.04" in argv
     extravars = next(a.split("=", 1)[1] for a in argv if a.startswith("extravars_file="))
     assert extravars.endswith(".gpufleet/dev/image/ubuntu-22.04-extravars.json")  # state lives per stack
+    assert Path(extravars).resolve().is_relative_to(project.resolve())  # in the project's copy, not the checkout
     assert json.loads(open(extravars).read())
 
 
