@@ -9,6 +9,8 @@ lower bound include them. The same batches' timeline without the stages is compu
 (the same model, the stages left out) to give their share. The stages' seconds are what fio,
 iperf3, ping, fabtests and the smoke job report they ran for (gpufleet.sim.acceptance); the image
 pre-pull is inside configure (the simulator's `durations.imagePull`), so it is listed, not added.
+Nothing here is a timing on this machine: every second printed is modelled (the simulator's clock),
+and each share or percentage compares modelled seconds with modelled seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from _measure import counted, modelled  # noqa: E402
 from bench_rollout import capture, make_project  # noqa: E402
 
 from gpufleet import catalog  # noqa: E402
@@ -66,23 +69,25 @@ def main() -> None:
     spans = t.get("acceptance_s", {})
     lines = {a["stage"]: a for a in rep["acceptance"]}
     total = t[sched]
-    print(f"{args.gpus} GPUs ({len(plan.nodes)} x {sku.name}, {len(plan.batches)} batches, file system "
-          f"{plan.storage.aggregate_throughput_mbs} MB/s, checkpoint {spec.storage.checkpoint_tib} TiB); "
-          f"rollout {rep['status']}, admitted GPUs {rep['admitted_gpus']}")
-    print(f"{'stage':<34}{'status':>15}{'seconds':>10}{'start s':>10}{'end s':>10}{'share':>8}")
+    counted(f"{args.gpus} GPUs ({len(plan.nodes)} x {sku.name}, {len(plan.batches)} batches, file system "
+            f"{plan.storage.aggregate_throughput_mbs} MB/s, checkpoint {spec.storage.checkpoint_tib} TiB); "
+            f"rollout {rep['status']}, admitted GPUs {rep['admitted_gpus']}")
+    modelled("the simulator's clock, one simulated rollout; share = the stage's modelled seconds over the "
+             "modelled time to pool")
+    modelled(f"{'stage':<34}{'status':>15}{'seconds':>10}{'start s':>10}{'end s':>10}{'share':>8}")
     for stage, label in TOOLS.items():
         line = lines.get(stage, {})
         start, end = spans.get(stage, (0.0, 0.0))
-        print(f"{label:<34}{line.get('status', 'not-run'):>15}{end - start:>10.1f}{start:>10.1f}{end:>10.1f}"
-              f"{100 * (end - start) / total if total else 0.0:>7.1f}%")
+        modelled(f"{label:<34}{line.get('status', 'not-run'):>15}{end - start:>10.1f}{start:>10.1f}{end:>10.1f}"
+                 f"{100 * (end - start) / total if total else 0.0:>7.1f}%")
     stages_s = sum(end - start for start, end in spans.values())
     pull = spec.simulator.durations.image_pull if spec.simulator else 0.0
-    print(f"{'batches (provision .. admit)':<34}{'':>15}{total - stages_s:>10.1f}")
-    print(f"{'  of which image pre-pull per node':<34}{'':>15}{pull:>10.1f}  (inside configure)")
-    print(f"time to pool ({sched[:-2]}):   {hours(total)}  (+{100 * (total - bare[sched]) / bare[sched]:.1f}% "
-          f"over {bare[sched]:.1f} s without the stages)")
+    modelled(f"{'batches (provision .. admit)':<34}{'':>15}{total - stages_s:>10.1f}")
+    modelled(f"{'  of which image pre-pull per node':<34}{'':>15}{pull:>10.1f}  (inside configure)")
+    modelled(f"time to pool ({sched[:-2]}):   {hours(total)}  (+{100 * (total - bare[sched]) / bare[sched]:.1f}% "
+             f"over {bare[sched]:.1f} s without the stages, the same model)")
     for key in ("sequential_s", "pipelined_s", "lower_bound_s"):
-        print(f"  {key[:-2]:<14} with stages {hours(t[key])}   without {hours(bare[key])}")
+        modelled(f"  {key[:-2]:<14} with stages {hours(t[key])}   without {hours(bare[key])}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The cost report for 1,250 nodes (10,000 GPUs) and a month of jobs.
 
-Run: `python bench/bench_cost.py`. Synthetic but in the real formats: `sacct -a -X -P -n` lines
+Run: `python bench/bench_cost.py [--runs 3] [--quick]`. Synthetic but in the real formats: `sacct -a -X -P -n` lines
 (jobs of 1 to 32 nodes, 10 minutes to 2 days, four teams, three partitions, a few running at the
 end and a few pending array lines), the rollout journal's admission and quarantine events for
 every slot of the plan, and a Prometheus query_range answer at the step the report would ask
@@ -9,21 +9,23 @@ for. Figures, with ratios to a baseline measured in the same run so they compare
 - utilisation: the query_range JSON to per-node series, against `json.loads` of the same body;
 - report: the pure report (prices, groups, idle units, low utilisation, quarantine) and its
   rendering to JSON, Markdown, JUnit and HTML, against the parse;
-- peak traced memory of parse + report, against the size of the sacct text.
+- peak traced memory of parse + report (a separate traced run), against the size of the sacct text.
+Times are min and median over the runs (`--quick`: one run each).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
 import tempfile
-import time
-import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from _measure import counted, measured, peak_traced, timed  # noqa: E402
 
 from gpufleet.cost import prometheus, sacct  # noqa: E402
 from gpufleet.cost.document import cost_document  # noqa: E402
@@ -92,13 +94,12 @@ def query_range_answer(rng: random.Random, step: float) -> str:
     return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
 
 
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of each step")
+    ap.add_argument("--quick", action="store_true", help="one timed run of each step")
+    args = ap.parse_args()
+    runs = 1 if args.quick else args.runs
     rng = random.Random(14)
     text = sacct_text(rng)
     history = transitions(journal_events(rng), [])
@@ -109,40 +110,39 @@ def main() -> None:
     price = PriceUsed(instance_type="p5.48xlarge", basis="on-demand", region="us-east-1", usd_per_instance_hour=80.0,
                       usd_per_gpu_hour=10.0, source="bench", dated="bench")
 
-    split_s = min(timed(lambda: [line.split("|") for line in text.splitlines()])[0] for _ in range(3))
-    parse_s, (jobs, skipped) = min((timed(lambda: sacct.parse(text)) for _ in range(3)), key=lambda r: r[0])
-    loads_s = min(timed(lambda: json.loads(answer))[0] for _ in range(2))
-    util_s, series = timed(lambda: prometheus.parse_matrix(json.loads(answer)))
+    split = timed(lambda: [line.split("|") for line in text.splitlines()], runs=runs)
+    parse = timed(lambda: sacct.parse(text), runs=runs)
+    jobs, skipped = parse.result
+    loads = timed(lambda: json.loads(answer), runs=runs)
+    util = timed(lambda: prometheus.parse_matrix(json.loads(answer)), runs=runs)
+    series = util.result
 
-    def report():
+    def report(parsed):
         return build(stack="prod", pool="slurm", window=window, now=NOW, instance_type="p5.48xlarge", gpus_per_node=GPUS,
-                     price=price, missing_price=None, jobs=jobs, skipped=[f"line {s.line}" for s in skipped], units=units,
-                     history=history, history_note="", utilisation=series, utilisation_note="bench", low_util_percent=30,
-                     min_idle_minutes=15, problems=[])
+                     price=price, missing_price=None, jobs=parsed, skipped=[f"line {s.line}" for s in skipped],
+                     units=units, history=history, history_note="", utilisation=series, utilisation_note="bench",
+                     low_util_percent=30, min_idle_minutes=15, problems=[])
 
-    build_s, rep = timed(report)
+    built = timed(lambda: report(jobs), runs=runs)
+    rep = built.result
     with tempfile.TemporaryDirectory() as tmp:
-        render_s, _ = timed(lambda: write_report(cost_document(rep), rep, Path(tmp), "cost"))
+        render = timed(lambda: write_report(cost_document(rep), rep, Path(tmp), "cost"), runs=runs)
         sizes = {p.name: p.stat().st_size for p in Path(tmp).iterdir()}
+    _, peak = peak_traced(lambda: report(sacct.parse(text)[0]))
 
-    tracemalloc.start()
-    parsed, _ = sacct.parse(text)
-    build(stack="prod", pool="slurm", window=window, now=NOW, instance_type="p5.48xlarge", gpus_per_node=GPUS, price=price,
-          missing_price=None, jobs=parsed, skipped=[], units=units, history=history, history_note="", utilisation=series,
-          utilisation_note="bench", low_util_percent=30, min_idle_minutes=15, problems=[])
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-
-    print(f"input: {NODES} nodes, {len(jobs):,} jobs over 30 days ({len(text) / 1e6:.1f} MB of sacct lines, "
-          f"{len(skipped)} pending skipped), {rep.gpu_hours:,.0f} GPU-hours of {rep.admitted_gpu_hours:,.0f} admitted")
-    print(f"parse: {parse_s * 1000:.0f} ms = {parse_s / split_s:.1f}x splitting the lines ({split_s * 1000:.0f} ms)")
-    print(f"utilisation: {len(answer) / 1e6:.0f} MB query_range answer at a {step:.0f} s step parsed in {util_s * 1000:.0f} ms "
-          f"= {util_s / loads_s:.2f}x json.loads ({loads_s * 1000:.0f} ms)")
-    print(f"report: built in {build_s * 1000:.0f} ms = {build_s / parse_s:.1f}x the parse; rendered and written in "
-          f"{render_s * 1000:.0f} ms (" + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items())) + ")")
-    print(f"found: {len(rep.idle_units)} idle units ({rep.idle_hours_total:,.0f} h), {len(rep.low_util_jobs):,} low-utilisation "
-          f"jobs, {len(rep.quarantined)} quarantined nodes")
-    print(f"memory: peak traced {peak / 1e6:.0f} MB for parse + report = {peak / len(text):.1f}x the sacct text")
+    counted(f"input: {NODES} nodes, {len(jobs):,} jobs over 30 days ({len(text) / 1e6:.1f} MB of sacct lines, "
+            f"{len(skipped)} pending skipped), {rep.gpu_hours:,.0f} GPU-hours of {rep.admitted_gpu_hours:,.0f} admitted")
+    measured(f"parse: {parse.wall('ms')} = {parse.min_s / split.min_s:.1f}x splitting the lines "
+             f"({split.wall('ms')}; min vs min)")
+    measured(f"utilisation: {len(answer) / 1e6:.0f} MB query_range answer at a {step:.0f} s step parsed in "
+             f"{util.wall('ms')} = {util.min_s / loads.min_s:.2f}x json.loads ({loads.wall('ms')}; min vs min)")
+    measured(f"report: built in {built.wall('ms')} = {built.min_s / parse.min_s:.1f}x the parse (min vs min); "
+             f"document built, rendered and written in {render.wall('ms')}")
+    counted("report files: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items())))
+    counted(f"found: {len(rep.idle_units)} idle units ({rep.idle_hours_total:,.0f} h), {len(rep.low_util_jobs):,} "
+            f"low-utilisation jobs, {len(rep.quarantined)} quarantined nodes")
+    measured(f"memory: peak traced {peak / 1e6:.0f} MB for parse + report (1 traced run) = "
+             f"{peak / len(text):.1f}x the sacct text")
 
 
 if __name__ == "__main__":

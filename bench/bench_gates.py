@@ -1,8 +1,9 @@
 """Benchmark the gates: read + parse + decide 1,250 nodes' bundles, serial and in parallel worker
 processes side by side, and isolation vs naive all-pairs.
 
-Run: python bench/bench_gates.py [--nodes 1250] [--repeat 3]. Prints figures and ratios measured in
-this run (the machine may be shared: compare the ratios, not the seconds, between runs).
+Run: python bench/bench_gates.py [--nodes 1250] [--repeat 3] [--quick]. Prints figures and ratios
+measured in this run (the machine may be shared: compare the ratios, not the seconds, between
+runs); isolation's rounds and runs are counts, the same on every machine.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import tempfile
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+from _measure import counted, measured, modelled, timed  # noqa: E402
 
 from gpufleet.bom import load_bom  # noqa: E402
 from gpufleet.gates import bundle as B, synth, versions  # noqa: E402
@@ -27,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = GateSettings(expected_by_os=versions.expectations_by_os(load_bom(ROOT / "images" / "bom.yaml")))
 
 FAULTS = sorted(synth.FAULTS)
-_WHEN = __import__("datetime").datetime(2026, 7, 14, tzinfo=__import__("datetime").timezone.utc)
+_WHEN = datetime(2026, 7, 14, tzinfo=timezone.utc)
 
 
 def make_bundles(root: Path, n: int, fault_rate: float = 0.03, seed: int = 7) -> list[Path]:
@@ -41,42 +45,32 @@ def make_bundles(root: Path, n: int, fault_rate: float = 0.03, seed: int = 7) ->
 
 
 def gate_folder(root: Path) -> tuple[float, float, int, int]:
-    """The serial path in two parts: (read seconds, decide seconds, nodes, quarantined)."""
-    t0 = time.perf_counter()
-    bundles = [B.read_bundle(p) for p in B.find_bundles(root)]
-    t1 = time.perf_counter()
-    records = gate_cohort(bundles, SETTINGS, workers=1)
-    t2 = time.perf_counter()
-    return t1 - t0, t2 - t1, len(records), sum(1 for r in records if r.action.value == "quarantine")
+    """The serial path in two parts, one run each: (read seconds, decide seconds, nodes, quarantined)."""
+    read = timed(lambda: [B.read_bundle(p) for p in B.find_bundles(root)])
+    decide = timed(lambda: gate_cohort(read.result, SETTINGS, workers=1))
+    records = decide.result
+    return read.min_s, decide.min_s, len(records), sum(1 for r in records if r.action.value == "quarantine")
 
 
 def serial_vs_parallel(root: Path, workers: int, repeat: int = 3) -> dict[str, float]:
-    """Best of `repeat` for the whole gate (find + read + check + decide), serial then parallel,
-    interleaved so that load on a shared machine hits both alike; the records must be identical."""
+    """Min and median of `repeat` runs of the whole gate (find + read + check + decide), serial then
+    parallel, interleaved so that load on a shared machine hits both alike; the records must be identical."""
     folders = B.find_bundles(root)
-    best = {"serial": float("inf"), "parallel": float("inf")}
-    cpu = {"serial": float("inf"), "parallel": float("inf")}
-    dumps = {}
+    wall: dict[str, list[float]] = {"serial": [], "parallel": []}
+    cpu: dict[str, list[float]] = {"serial": [], "parallel": []}
+    dumps: dict[str, list] = {}
     for _ in range(repeat):
         for name, w in (("serial", 1), ("parallel", workers)):
-            c, t = _cpu_seconds(), time.perf_counter()
-            records = gate_folders(B.find_bundles(root), SETTINGS, workers=w, decided_at=_WHEN)
-            best[name] = min(best[name], time.perf_counter() - t)
-            cpu[name] = min(cpu[name], _cpu_seconds() - c)
-            dumps[name] = [r.model_dump() for r in records]
+            t = timed(lambda: gate_folders(B.find_bundles(root), SETTINGS, workers=w, decided_at=_WHEN))
+            wall[name].append(t.min_s)
+            cpu[name].append(t.cpu_min_s)
+            dumps[name] = [r.model_dump() for r in t.result]
     assert dumps["serial"] == dumps["parallel"], "parallel records differ from serial ones"
+    best = {name: min(v) for name, v in wall.items()}
     return {"nodes": len(folders), "workers": workers, **best, "speedup": best["serial"] / best["parallel"],
-            "cpu_serial": cpu["serial"], "cpu_parallel": cpu["parallel"],
-            "cpu_overhead": cpu["parallel"] / cpu["serial"]}
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and its finished children (the workers): what the work costs,
-    whatever else runs on a shared machine; wall time only shows a speedup on idle cores."""
-    import resource
-
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+            "serial_median": statistics.median(wall["serial"]), "parallel_median": statistics.median(wall["parallel"]),
+            "cpu_serial": min(cpu["serial"]), "cpu_parallel": min(cpu["parallel"]),
+            "cpu_overhead": min(cpu["parallel"]) / min(cpu["serial"])}
 
 
 def isolation_vs_all_pairs(n: int, bad: int, links: int, seed: int = 11) -> dict[str, float]:
@@ -104,31 +98,34 @@ def isolation_vs_all_pairs(n: int, bad: int, links: int, seed: int = 11) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1250)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of each of serial and parallel")
     ap.add_argument("--workers", type=int, default=default_workers())
+    ap.add_argument("--quick", action="store_true", help="one timed run each")
     args = ap.parse_args(argv)
+    repeat = 1 if args.quick else args.repeat
     with tempfile.TemporaryDirectory() as tmp:
-        t = time.perf_counter()
-        make_bundles(Path(tmp), args.nodes)
-        gen = time.perf_counter() - t
+        gen = timed(lambda: make_bundles(Path(tmp), args.nodes))
         read_s, decide_s, n, q = gate_folder(Path(tmp))
-        sp = serial_vs_parallel(Path(tmp), args.workers, args.repeat)
-    print(f"bundles: generated {n} in {gen:.2f} s")
-    print(f"gate {n} nodes, serial: read {read_s:.3f} s + parse/decide {decide_s:.3f} s = {read_s + decide_s:.3f} s; "
-          f"quarantined {q}")
-    print(f"gate {n} nodes, best of {args.repeat}: serial {sp['serial']:.3f} s, {sp['workers']} workers "
-          f"{sp['parallel']:.3f} s -> {sp['speedup']:.2f}x wall (target <= 1 s: parallel at {sp['parallel'] / 1.0:.2f}x "
-          "of target); records identical")
-    print(f"  CPU seconds: serial {sp['cpu_serial']:.3f}, parallel {sp['cpu_parallel']:.3f} (all processes) -> "
-          f"{sp['cpu_overhead']:.2f}x the work; on {sp['workers']} idle cores the wall time would be about "
-          f"{sp['cpu_parallel'] / sp['workers']:.3f} s ({os.getloadavg()[0]:.1f} load now)")
+        sp = serial_vs_parallel(Path(tmp), args.workers, repeat)
+    measured(f"bundles: generated {n} in {gen.wall()}")
+    measured(f"gate {n} nodes, serial, 1 run: read {read_s:.3f} s + parse/decide {decide_s:.3f} s = "
+             f"{read_s + decide_s:.3f} s")
+    counted(f"gate {n} nodes: quarantined {q}")
+    measured(f"gate {n} nodes over {repeat} interleaved runs each: serial min {sp['serial']:.3f} / median "
+             f"{sp['serial_median']:.3f} s, {sp['workers']} workers min {sp['parallel']:.3f} / median "
+             f"{sp['parallel_median']:.3f} s -> {sp['speedup']:.2f}x wall (min vs min; target <= 1 s: "
+             f"{'met' if sp['parallel'] <= 1.0 else 'missed'}); records identical")
+    measured(f"CPU seconds (all processes, min of {repeat}): serial {sp['cpu_serial']:.3f}, parallel "
+             f"{sp['cpu_parallel']:.3f} -> {sp['cpu_overhead']:.2f}x the work ({os.getloadavg()[0]:.1f} load now)")
+    modelled(f"on {sp['workers']} idle cores the parallel wall time would be about "
+             f"{sp['cpu_parallel'] / sp['workers']:.3f} s (the measured CPU seconds / {sp['workers']})")
     for nb, nl in ((0, 0), (5, 2), (25, 5)):
         f = isolation_vs_all_pairs(args.nodes, nb, nl)
-        print(f"isolation n={f['nodes']} bad={nb} links={nl}: {f['rounds']} rounds / {f['runs']} runs vs all-pairs "
-              f"{f['naive_rounds']} rounds / {f['naive_runs']} runs -> {f['rounds_ratio']:.0f}x fewer rounds, "
-              f"{f['runs_ratio']:.0f}x fewer runs")
+        counted(f"isolation n={f['nodes']} bad={nb} links={nl}: {f['rounds']} rounds / {f['runs']} runs vs all-pairs "
+                f"{f['naive_rounds']} rounds / {f['naive_runs']} runs -> {f['rounds_ratio']:.0f}x fewer rounds, "
+                f"{f['runs_ratio']:.0f}x fewer runs")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Alert to quarantine through `gpufleet ops serve`, and a fleet-wide alert storm at 1,250 nodes.
 
-Run: `python bench/bench_ops.py`. Figures are printed with a ratio to a baseline measured in the
+Run: `python bench/bench_ops.py [--rounds 5]`. Figures are printed with a ratio to a baseline measured in the
 same run, so they compare across machines:
 - latency: one Alertmanager notification (one node alert) over HTTP on 127.0.0.1 until the node is
   quarantined in the simulated pool of the rolled-out `local` stack (lock, pool write, journal,
@@ -12,15 +12,18 @@ same run, so they compare across machines:
 
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from _measure import counted, measured, timed  # noqa: E402
 
 from click.testing import CliRunner  # noqa: E402
 
@@ -46,25 +49,17 @@ def notification(slots: list[str]) -> dict:
             "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "", "alerts": alerts}
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def bench_storm() -> None:
+def bench_storm(runs: int = 5) -> None:
     parts = ["train"] * 800 + ["sim"] * 300 + ["debug"] * 150
     state = PoolState({f"n{i:05d}": PoolNode(f"n{i:05d}", NodeState.ADMITTED, partition=p) for i, p in enumerate(parts)})
     body = json.dumps(notification(sorted(state.nodes)))
-    baseline = min(timed(lambda: json.loads(body)) for _ in range(5))
-    result = {}
-    took = min(timed(lambda: result.update(d=decide(Notification.model_validate_json(body), state, SHARE)))
-               for _ in range(5))
-    d = result["d"]
+    baseline = timed(lambda: json.loads(body), runs=runs)
+    took = timed(lambda: decide(Notification.model_validate_json(body), state, SHARE), runs=runs)
+    d = took.result
     assert len(d.quarantine) == 80 + 30 + 15 and len(d.page) == NODES - len(d.quarantine)
-    print(f"storm: {NODES} alerts in one notification ({len(body) / 1e6:.1f} MB) parsed and decided in "
-          f"{took * 1000:.0f} ms = {took / baseline:.1f}x json.loads ({baseline * 1000:.0f} ms); "
-          f"{len(d.quarantine)} quarantined ({SHARE:.0%} of each partition), {len(d.page)} paged")
+    measured(f"storm: {NODES} alerts in one notification ({len(body) / 1e6:.1f} MB) parsed and decided in "
+             f"{took.wall('ms')} = {took.min_s / baseline.min_s:.1f}x json.loads ({baseline.wall('ms')}; min vs min)")
+    counted(f"storm: {len(d.quarantine)} quarantined ({SHARE:.0%} of each partition), {len(d.page)} paged")
 
 
 def bench_latency(rounds: int = 5) -> None:
@@ -82,22 +77,26 @@ def bench_latency(rounds: int = 5) -> None:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         try:
-            metrics = min(timed(lambda: urllib.request.urlopen(url + "/metrics", timeout=30).read()) for _ in range(5))
+            metrics = timed(lambda: urllib.request.urlopen(url + "/metrics", timeout=30).read(), runs=5)
             latencies = []
             for slot in admitted[:: max(1, len(admitted) // rounds)][:rounds]:
                 body = json.dumps(notification([slot])).encode()
                 req = urllib.request.Request(url + "/", data=body, headers={"Content-Type": "application/json"})
-                latencies.append(timed(lambda: urllib.request.urlopen(req, timeout=30).read()))
+                latencies.append(timed(lambda: urllib.request.urlopen(req, timeout=30).read()).min_s)
                 assert pool.state().nodes[slot].state is NodeState.QUARANTINED, slot
         finally:
             httpd.shutdown()
             httpd.server_close()
-    mid = sorted(latencies)[len(latencies) // 2]
-    print(f"latency: `local` stack ({len(admitted)} admitted nodes, rolled out in {rolled:.0f} s): alert to quarantine "
-          f"median {mid * 1000:.0f} ms over {len(latencies)} notifications (max {max(latencies) * 1000:.0f} ms) = "
-          f"{mid / metrics:.1f}x one GET /metrics ({metrics * 1000:.1f} ms)")
+    mid = statistics.median(latencies)
+    measured(f"latency: `local` stack ({len(admitted)} admitted nodes, rolled out in {rolled.wall()}): alert to "
+             f"quarantine min {min(latencies) * 1000:.0f} / median {mid * 1000:.0f} / max {max(latencies) * 1000:.0f} ms "
+             f"over {len(latencies)} notifications (one node each) = {mid / metrics.median_s:.1f}x one GET /metrics "
+             f"({metrics.wall('ms')}; median vs median)")
 
 
 if __name__ == "__main__":
-    bench_storm()
-    bench_latency()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="timed runs of the storm, notifications of the latency")
+    args = ap.parse_args()
+    bench_storm(args.rounds)
+    bench_latency(args.rounds)

@@ -1,8 +1,8 @@
 """Admitting 1,250 nodes (10,000 GPUs) through the simulator's pool and a real slurmctld; the Slurm
 configuration for 10,000 GPUs generated and accepted.
 
-Run: `python bench/bench_pool.py` (the Slurm part needs slurm-wlm; it is skipped, with the reason,
-without it). Each figure is printed with a ratio to a baseline measured in the same run, so
+Run: `python bench/bench_pool.py [--quick]` (the Slurm part needs slurm-wlm; it is skipped, with the
+reason, without it; `--quick` leaves out the live 125-node cluster). Each figure is printed with a ratio to a baseline measured in the same run, so
 figures compare across machines:
 - sim: per admission, against one read of the pool file (`state()`);
 - Slurm: per admission, against one `scontrol show node` round trip; `admit` (a read and a write
@@ -11,18 +11,22 @@ figures compare across machines:
 slurmctld loads the 1,250-node configuration alone (1,250 slurmd would take ~7 GB); since Slurm
 refuses to RESUME a node whose slurmd never registered, the 1,250 Slurm admissions run on the live
 125-node local-slurm cluster (every slurmd up), in 10 rounds of register-all-then-admit.
+Every timing is one run unless it says otherwise (admitting changes the pool: a second run would
+measure something else); the baselines are min and median over 5 runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from _measure import counted, measured, timed  # noqa: E402
 
 from gpufleet.gates.admission import AdmissionRecord, BusbwFigures  # noqa: E402
 from gpufleet.gates.verdict import Action, CheckResult, Verdict  # noqa: E402
@@ -58,26 +62,20 @@ def record(slot: str, block: int) -> AdmissionRecord:
                            decided_at=datetime(2026, 11, 30, tzinfo=timezone.utc))
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def bench_sim(plan, nodes, records) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pool = SimPool(Path(tmp) / "pool.json", None, slots=[n.name for n in plan.nodes],
                        partitions=[p.name for p in plan.partitions])
-        register = timed(lambda: pool.register_pending(nodes))
-        admit = timed(lambda: [pool.admit(n.slot, records[n.slot]) for n in nodes])
-        read = min(timed(pool.state) for _ in range(5))
+        register = timed(lambda: pool.register_pending(nodes)).min_s
+        admit = timed(lambda: [pool.admit(n.slot, records[n.slot]) for n in nodes]).min_s
+        read = timed(pool.state, runs=5)
         assert len(pool.state().by_state(NodeState.ADMITTED)) == len(nodes)
         pool.register_pending(nodes)
-        batched = timed(lambda: pool.admit_many([(n.slot, records[n.slot]) for n in nodes]))
+        batched = timed(lambda: pool.admit_many([(n.slot, records[n.slot]) for n in nodes])).min_s
         assert len(pool.state().by_state(NodeState.ADMITTED)) == len(nodes)
-    print(f"sim pool, {len(nodes)} nodes: register (1 call) {register:.2f} s; admit {len(nodes)} calls {admit:.2f} s "
-          f"= {admit / len(nodes) * 1000:.1f} ms each (a durable rewrite each) = {admit / len(nodes) / read:.1f}x one "
-          f"state() read ({read * 1000:.1f} ms); admit_many, one write: {batched:.2f} s")
+    measured(f"sim pool, {len(nodes)} nodes: register (1 call) {register:.2f} s; admit {len(nodes)} calls {admit:.2f} s "
+             f"= {admit / len(nodes) * 1000:.1f} ms each (a durable rewrite each) = {admit / len(nodes) / read.min_s:.1f}x "
+             f"one state() read ({read.wall('ms')}; against the min); admit_many, one write: {batched:.2f} s")
 
 
 def bench_slurm_config(spec, plan) -> str | None:
@@ -87,7 +85,7 @@ def bench_slurm_config(spec, plan) -> str | None:
         return None
     version = slurm_version()
     with tempfile.TemporaryDirectory() as tmp:
-        generated = timed(lambda: generate(spec, plan, LocalFlavour(Path(tmp), 1, 2), version))
+        generated = timed(lambda: generate(spec, plan, LocalFlavour(Path(tmp), 1, 2), version)).min_s
         slurm = LocalSlurm(Path(tmp) / "slurm")
         try:
             started = slurm.up(spec, plan, with_nodes=False)
@@ -97,9 +95,9 @@ def bench_slurm_config(spec, plan) -> str | None:
             parts = cli.run(["scontrol", "show", "partition"]).count("PartitionName=")
         finally:
             slurm.down()
-    print(f"slurm {version}: the {GPUS:,}-GPU configuration ({len(plan.nodes)} nodes, {plan.topology.blocks} blocks) "
-          f"generated in {generated * 1000:.0f} ms; slurmctld loaded it and answered in {started:.2f} s: "
-          f"{shown} nodes, {switches} block switches, {parts} partitions")
+    measured(f"slurm {version}: the {GPUS:,}-GPU configuration ({len(plan.nodes)} nodes, {plan.topology.blocks} blocks) "
+             f"generated in {generated * 1000:.0f} ms; slurmctld loaded it and answered in {started:.2f} s (1 run each)")
+    counted(f"slurmctld shows {shown} nodes, {switches} block switches, {parts} partitions")
     return version
 
 
@@ -121,40 +119,44 @@ def bench_slurm_admissions(version: str, admissions: int) -> None:
             up = slurm.up(spec, plan)
             cli = slurm.cli(timeout_s=30)
             pool = SlurmPool(cli, version=version, set_node_addresses=False)
-            round_trip = min(timed(lambda: cli.run(["scontrol", "-o", "show", "node", nodes[0].slot]))
-                             for _ in range(5))
+            trip = timed(lambda: cli.run(["scontrol", "-o", "show", "node", nodes[0].slot]), runs=5)
+            round_trip = trip.min_s
             for r in range(rounds):
                 before = cli.calls
-                register += timed(lambda: pool.register_pending(nodes))
+                register += timed(lambda: pool.register_pending(nodes)).min_s
                 calls["register"] += cli.calls - before
                 before = cli.calls
-                single += timed(lambda: [pool.admit(n.slot, records[n.slot]) for n in nodes[:half]])
+                single += timed(lambda: [pool.admit(n.slot, records[n.slot]) for n in nodes[:half]]).min_s
                 calls["single"] += cli.calls - before
                 before = cli.calls
-                batched += timed(lambda: pool.admit_many([(n.slot, records[n.slot]) for n in nodes[half:]]))
+                batched += timed(lambda: pool.admit_many([(n.slot, records[n.slot]) for n in nodes[half:]])).min_s
                 calls["batched"] += cli.calls - before
                 assert len(pool.state().by_state(NodeState.ADMITTED)) == len(nodes)
         finally:
             slurm.down()
     n1, n2 = half * rounds, (len(nodes) - half) * rounds
-    print(f"slurm live cluster: {len(nodes)} slurmd up in {up:.1f} s; {rounds} rounds = {n1 + n2} admissions")
-    print(f"  register_pending of {len(nodes)} nodes: {register / rounds:.2f} s, {calls['register'] // rounds} "
-          f"scontrol calls a round (nodes sharing a change share one call)")
-    print(f"  admit, one node a call: {n1} in {single:.2f} s, {calls['single']} calls, {single / n1 * 1000:.1f} ms each "
-          f"= {single / n1 / round_trip:.1f}x one scontrol round trip ({round_trip * 1000:.1f} ms); "
-          f"{single / n1 * 1250:.1f} s for 1,250")
-    print(f"  admit_many: {n2} in {batched:.2f} s, {calls['batched']} calls, {batched / n2 * 1000:.2f} ms each = "
-          f"{(single / n1) / (batched / n2):.1f}x faster; {batched / n2 * 1250:.1f} s for 1,250")
+    measured(f"slurm live cluster: {len(nodes)} slurmd up in {up:.1f} s (1 run); {rounds} rounds = {n1 + n2} admissions")
+    counted(f"register_pending of {len(nodes)} nodes: {calls['register'] // rounds} scontrol calls a round (nodes "
+            f"sharing a change share one call); admit one node a call: {calls['single']} calls for {n1}; "
+            f"admit_many: {calls['batched']} calls for {n2}")
+    measured(f"register_pending of {len(nodes)} nodes: {register / rounds:.2f} s a round (mean of {rounds} rounds)")
+    measured(f"admit, one node a call: {n1} in {single:.2f} s, {single / n1 * 1000:.1f} ms each "
+             f"= {single / n1 / round_trip:.1f}x one scontrol round trip ({trip.wall('ms')}; against the min)")
+    measured(f"admit_many: {n2} in {batched:.2f} s, {batched / n2 * 1000:.2f} ms each = "
+             f"{(single / n1) / (batched / n2):.1f}x faster than one node a call (both measured here)")
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="leave out the live 125-node Slurm cluster")
+    args = ap.parse_args()
     spec = spec_10k()
     plan = build_plan(spec)
     nodes = [PendingNode(slot=n.name, block=n.block, partition=plan.blocks[n.block].partition) for n in plan.nodes]
     records = {n.slot: record(n.slot, n.block) for n in nodes}
     bench_sim(plan, nodes, records)
     version = bench_slurm_config(spec, plan)
-    if version is not None:
+    if version is not None and not args.quick:
         bench_slurm_admissions(version, admissions=len(nodes))
 
 

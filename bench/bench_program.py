@@ -1,23 +1,23 @@
 """Time and peak memory of the Pulumi program under mocks, 1000 and 10,000 GPUs.
 
-Run: `python bench/bench_program.py`. Each size is measured in the same run as a baseline
-(the 16-GPU dev program) and printed as a ratio to it, so figures compare across machines.
-All batches are deployed (target past the last batch), the worst case for the program.
+Run: `python bench/bench_program.py [--runs N] [--quick]`. Each size is measured in the same run as
+a baseline (the 16-GPU dev program) and printed as a ratio to it, so figures compare across
+machines. All batches are deployed (target past the last batch), the worst case for the program.
 
-Time and memory come from two separate runs: tracemalloc hooks every allocation and slows the
-program several times over, so the timed run is untraced and the peak comes from a second,
+Time and memory come from separate runs: tracemalloc hooks every allocation and slows the
+program several times over, so the timed runs are untraced and the peak comes from one more,
 traced run of the same program.
 """
 
 from __future__ import annotations
 
-import gc
+import argparse
 import sys
-import time
-import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from _measure import measured, peak_traced, timed  # noqa: E402
 
 from gpufleet.cloud.capture import capture_program  # noqa: E402
 from gpufleet.spec import load_stack  # noqa: E402
@@ -37,53 +37,41 @@ def scaled_spec(stack: str, gpus: int | None = None):
                                                    "management_subnet_cidr": "10.0.128.0/24"})})
 
 
-def timed_run(spec, stack: str) -> tuple[dict, float]:
-    """One untraced run: resource counts and wall seconds."""
-    gc.collect()
-    start = time.perf_counter()
-    cap = capture_program(spec, stack=stack, target_batch=ALL)
-    seconds = time.perf_counter() - start
-    counts = {"resources": len(cap.registrations), "instances": len(cap.of_type("aws:ec2/instance:Instance"))}
-    return counts, seconds
-
-
-def peak_mib(spec, stack: str) -> float:
-    """Peak traced Python memory of a second run (tracemalloc on only for this one)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        capture_program(spec, stack=stack, target_batch=ALL)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return peak / 2**20
-
-
-def measure(stack: str, gpus: int | None = None) -> dict:
-    """Time (untraced run) and peak memory (separate traced run) of `stack`'s program."""
+def measure(stack: str, gpus: int | None = None, runs: int = 1) -> dict:
+    """Time (`runs` untraced runs) and peak memory (one more, traced run) of `stack`'s program."""
     spec = scaled_spec(stack, gpus)
-    counts, seconds = timed_run(spec, stack)
-    return {"gpus": gpus or spec.cluster.target_gpus, **counts, "seconds": seconds,
-            "peak_mib": peak_mib(spec, stack)}
+    timing = timed(lambda: capture_program(spec, stack=stack, target_batch=ALL), runs=runs)
+    cap = timing.result
+    _, peak = peak_traced(lambda: capture_program(spec, stack=stack, target_batch=ALL))
+    return {"gpus": gpus or spec.cluster.target_gpus, "resources": len(cap.registrations),
+            "instances": len(cap.of_type("aws:ec2/instance:Instance")), "timing": timing, "seconds": timing.min_s,
+            "peak_mib": peak / 2**20}
 
 
-def run(sizes: tuple[int, ...] = (1000, 10_000), stack: str = "local") -> list[dict]:
-    measure("dev")  # warm-up: first imports and provider module loading would inflate the baseline
-    base = measure("dev")
+def run(sizes: tuple[int, ...] = (1000, 10_000), stack: str = "local", runs: int = 1) -> list[dict]:
+    capture_program(load_stack("dev"), stack="dev", target_batch=ALL)  # warm-up: first imports and provider loading
+    base = measure("dev", runs=runs)
     rows = [{"label": "baseline dev", **base, "time_ratio": 1.0, "memory_ratio": 1.0}]
     for gpus in sizes:
-        m = measure(stack, gpus)
+        m = measure(stack, gpus, runs=runs)
         rows.append({"label": f"{stack} x{gpus}", **m, "time_ratio": m["seconds"] / base["seconds"],
                      "memory_ratio": m["peak_mib"] / base["peak_mib"]})
     return rows
 
 
 def main() -> None:
-    print(f"{'program':<18}{'GPUs':>7}{'resources':>10}{'instances':>10}{'seconds':>9}{'peak MiB':>10}"
-          f"{'x time':>8}{'x mem':>7}")
-    for r in run():
-        print(f"{r['label']:<18}{r['gpus']:>7}{r['resources']:>10}{r['instances']:>10}{r['seconds']:>9.2f}"
-              f"{r['peak_mib']:>10.1f}{r['time_ratio']:>8.1f}{r['memory_ratio']:>7.1f}")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per program")
+    ap.add_argument("--quick", action="store_true", help="1,000 GPUs only, one timed run")
+    args = ap.parse_args()
+    sizes, runs = ((1000,), 1) if args.quick else ((1000, 10_000), args.runs)
+    measured(f"the program under mocks, wall time over {runs} run(s) each (untraced), peak traced memory of one "
+             "more traced run; x = against the dev program of this run")
+    measured(f"{'program':<18}{'GPUs':>7}{'resources':>10}{'instances':>10}{'min s':>8}{'median s':>9}"
+             f"{'peak MiB':>10}{'x time':>8}{'x mem':>7}")
+    for r in run(sizes, runs=runs):
+        measured(f"{r['label']:<18}{r['gpus']:>7}{r['resources']:>10}{r['instances']:>10}{r['timing'].min_s:>8.2f}"
+                 f"{r['timing'].median_s:>9.2f}{r['peak_mib']:>10.1f}{r['time_ratio']:>8.1f}{r['memory_ratio']:>7.1f}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Benchmark the local (simulated) rollout: wall time and peak memory at 1,000 and 10,000 GPUs,
 and the modelled time-to-pool with and without pipelining beside its lower bound.
 
-Run: python bench/bench_rollout.py [--sizes 16,1000,10000]. Each size runs `gpufleet rollout` in
-its own process (so peak RSS is that rollout's), on a throwaway project whose stack is `local`
-scaled to the size (the same fault rate, partitions in the same shares). The Pulumi program
+Run: python bench/bench_rollout.py [--sizes 16,1000,10000] [--quick]. Each size runs `gpufleet rollout`
+once, in its own process (so peak RSS is that rollout's), on a throwaway project whose stack is
+`local` scaled to the size (the same fault rate, partitions in the same shares). The Pulumi program
 capture the simulator starts from is done once per size beforehand and reported separately
-(bench/bench_program.py measures the program itself). Figures are printed as ratios against the
-16-GPU rollout measured in the same run. Targets: 1,000 GPUs under 15 s, 10,000 under 120 s.
+(bench/bench_program.py measures the program itself). Measured figures (wall time, peak RSS) are
+printed as ratios against the 16-GPU rollout measured in the same run; the time-to-pool is the
+simulator's clock (modelled), compared only with itself. Targets: 1,000 GPUs under 15 s, 10,000
+under 120 s.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from _measure import counted, measured, modelled, peak_rss_mib, timed  # noqa: E402
+
 TARGETS = {1000: 15.0, 10000: 120.0}
 
 
@@ -65,16 +70,12 @@ def make_project(root: Path, gpus: int) -> str:
 
 def one(project: Path, stack: str) -> None:
     """Child process: one rollout; prints wall seconds and peak RSS as JSON."""
-    import resource
-
     from click.testing import CliRunner
 
     from gpufleet.cli import main
 
-    t0 = time.perf_counter()
-    result = CliRunner().invoke(main, ["--project", str(project), "rollout", "-s", stack])
-    wall = time.perf_counter() - t0
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    run = timed(lambda: CliRunner().invoke(main, ["--project", str(project), "rollout", "-s", stack]))
+    result, wall, peak_mib = run.result, run.min_s, peak_rss_mib()
     report = json.loads((project / "reports" / stack / "rollout.json").read_text())
     print(json.dumps({"exit": result.exit_code, "wall_s": wall, "peak_mib": peak_mib, "timeline": report["timeline"],
                       "status": report["status"], "admitted_gpus": report["admitted_gpus"],
@@ -87,9 +88,7 @@ def capture(project: Path, stack: str) -> float:
             "from gpufleet.plan import plan_stack; from gpufleet.sim.cloud import SimulatedCloud; "
             "p = load_project(__import__('pathlib').Path(sys.argv[1])); s = load_stack_path(p.stack_file(sys.argv[2])); "
             "SimulatedCloud.open(s, plan_stack(s), p, sys.argv[2])")
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, str(project), stack], check=True, cwd=REPO)
-    return time.perf_counter() - t0
+    return timed(lambda: subprocess.run([sys.executable, "-c", code, str(project), stack], check=True, cwd=REPO)).min_s
 
 
 def measure(gpus: int, work: Path) -> dict:
@@ -108,28 +107,37 @@ def measure(gpus: int, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="16,1000,10000", help="GPU counts; the first is the baseline")
+    ap.add_argument("--quick", action="store_true", help="16 and 1,000 GPUs only")
     ap.add_argument("--one", nargs=2, metavar=("PROJECT", "STACK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         one(Path(args.one[0]), args.one[1])
         return
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [16, 1000] if args.quick else [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
         results = {g: measure(g, Path(tmp)) for g in sizes}
     base = results[sizes[0]]
-    print(f"{'GPUs':>6} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'x base':>7} {'status':>9} {'admitted':>8} "
-          f"{'quar.':>5} {'seq. h':>7} {'pipe h':>7} {'bound h':>7} {'pipe/seq':>8} {'capture s':>9}")
+    measured(f"one rollout per size (1 run each): wall time and peak RSS of its process, x = against the "
+             f"{sizes[0]}-GPU rollout of this run; capture = the program capture beforehand (1 run)")
+    measured(f"{'GPUs':>6} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'x base':>7} {'capture s':>9}")
+    for g, r in results.items():
+        measured(f"{g:>6} {r['wall_s']:>8.2f} {r['wall_s'] / base['wall_s']:>7.1f} {r['peak_mib']:>9.0f} "
+                 f"{r['peak_mib'] / base['peak_mib']:>7.1f} {r['capture_s']:>9.1f}")
+    counted(f"{'GPUs':>6} {'status':>9} {'admitted':>8} {'quar.':>5} {'batches':>7}")
+    for g, r in results.items():
+        counted(f"{g:>6} {r['status']:>9} {r['admitted_gpus']:>8} {r['quarantined']:>5} {r['batches']:>7}")
+    modelled("time to pool on the simulator's clock (its per-stage durations), hours; pipe/seq = pipelined "
+             "against sequential, both modelled")
+    modelled(f"{'GPUs':>6} {'seq. h':>7} {'pipe h':>7} {'bound h':>7} {'pipe/seq':>8}")
     for g, r in results.items():
         t = r["timeline"]
         ratio = t["pipelined_s"] / t["sequential_s"] if t["sequential_s"] else 1.0
-        print(f"{g:>6} {r['wall_s']:>8.2f} {r['wall_s'] / base['wall_s']:>7.1f} {r['peak_mib']:>9.0f} "
-              f"{r['peak_mib'] / base['peak_mib']:>7.1f} {r['status']:>9} {r['admitted_gpus']:>8} {r['quarantined']:>5} "
-              f"{t['sequential_s'] / 3600:>7.2f} {t['pipelined_s'] / 3600:>7.2f} {t['lower_bound_s'] / 3600:>7.2f} "
-              f"{ratio:>8.2f} {r['capture_s']:>9.1f}")
+        modelled(f"{g:>6} {t['sequential_s'] / 3600:>7.2f} {t['pipelined_s'] / 3600:>7.2f} "
+                 f"{t['lower_bound_s'] / 3600:>7.2f} {ratio:>8.2f}")
     for g, limit in TARGETS.items():
         if g in results:
             ok = results[g]["wall_s"] < limit
-            print(f"target {g} GPUs < {limit:.0f} s: {'met' if ok else 'MISSED'} ({results[g]['wall_s']:.1f} s)")
+            measured(f"target {g} GPUs < {limit:.0f} s: {'met' if ok else 'MISSED'} ({results[g]['wall_s']:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@
 Run: `python bench/bench_upgrade.py`. It rolls the `local` stack out in a throwaway project,
 points it at a BOM with a newer NCCL and aws-ofi-nccl, and upgrades it with the real orchestrator,
 gates and multi-node baselines. Printed:
-- modelled upgrade time (the simulator's per-stage durations, the same ones the rollout's
-  time-to-pool uses): the grey groups one after another, against a sequential node-by-node upgrade
-  (every node on its own: configure, preflight, gates, a multi-node pair), measured by gating one
-  node through the same path and multiplied by the node count;
-- units kept in service per partition at every group's drain (the worst moment), against the
-  partition's units and its allowance;
-- wall time of the upgrade itself (this machine).
+- modelled: upgrade time on the simulator's clock (its per-stage durations, the same ones the
+  rollout's time-to-pool uses): the grey groups one after another, against a sequential
+  node-by-node upgrade (every node on its own: configure, preflight, gates, a multi-node pair),
+  which is one node gated through the same path on that clock times the node count: arithmetic
+  on the model, so the ratio is modelled against modelled and says nothing about this machine;
+- counted: units kept in service per partition at every group's drain (the worst moment), against
+  the partition's units and its allowance;
+- measured: wall time of the upgrade itself and of gating the one node (this machine, 1 run each:
+  an upgrade changes the fleet, a second run would measure something else).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from _measure import counted, measured, modelled, timed  # noqa: E402
 
 from click.testing import CliRunner  # noqa: E402
 
@@ -56,25 +59,26 @@ def main_() -> None:
             units = {p.name: p.units for p in d.plan.partitions}
             up = Upgrader(d, on_step=lambda what, g: drains.append(free_units(d.plan, d.pool.state()))
                           if what == "drained" else None)
-            started = time.perf_counter()
             assert up.start(root / "previous-bom.yaml") is None
-            outcome = up.run()
-            wall = time.perf_counter() - started
+            upgrade = timed(up.run)
+            outcome = upgrade.result
             groups = outcome.state.groups
             nodes = sum(len(g.slots) for g in groups.values())
             grey = sum(g.seconds for g in groups.values())
             one = next(iter(groups.values())).slots[0]
-            single = up.gate([one], load_bom(d.state_dir / outcome.state.target_bom), "bench-single").seconds
+            gate_one = timed(lambda: up.gate([one], load_bom(d.state_dir / outcome.state.target_bom), "bench-single"))
+            single = gate_one.result.seconds
         sequential = single * nodes
-        print(f"grey upgrade of {nodes} nodes ({nodes * 8} GPUs) in {len(groups)} groups "
-              f"(blocks per group: {[len(g.blocks) for g in groups.values()]})")
-        print(f"  modelled time: grey {grey / 3600:.1f} h; node by node {sequential / 3600:.1f} h "
-              f"({single:.0f} s a node); ratio {sequential / grey:.1f}x")
+        counted(f"grey upgrade of {nodes} nodes ({nodes * 8} GPUs) in {len(groups)} groups "
+                f"(blocks per group: {[len(g.blocks) for g in groups.values()]})")
+        modelled(f"grey {grey / 3600:.1f} h (the groups' seconds on the simulator's clock); node by node "
+                 f"{sequential / 3600:.1f} h = {nodes} nodes x {single:.0f} s (one node gated on the same clock); "
+                 f"ratio {sequential / grey:.1f}x, modelled against modelled")
         for p in sorted(units):
             worst = min(f.get(p, 0) for f in drains)
-            print(f"  partition {p:<6} units {units[p]:>3}, in service before {base.get(p, 0):>3}, at worst {worst:>3} "
-                  f"(allowance {allowed[p]}; node by node: at worst {base.get(p, 0) - 1})")
-        print(f"  wall time of the upgrade here: {wall:.1f} s")
+            counted(f"partition {p:<6} units {units[p]:>3}, in service before {base.get(p, 0):>3}, at worst {worst:>3} "
+                    f"(allowance {allowed[p]}; node by node: at worst {base.get(p, 0) - 1})")
+        measured(f"wall time here: the grey upgrade {upgrade.wall()}; gating the one node {gate_one.wall()}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
