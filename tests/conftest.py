@@ -11,7 +11,7 @@ from gpufleet.cloud.capture import Capture
 from gpufleet.cloud.snapshot import capture_for_snapshot
 from gpufleet.spec import available_stacks
 
-# the rolled-out day-two fleet, shared by tests/daytwo and tests/patrol
+# the rolled-out day-two fleet, shared by tests/daytwo and tests/ops
 pytest_plugins = ["tests.daytwo.fleet"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -31,8 +31,8 @@ def copy_project(src: Path, dst: Path) -> Path:
     return dst
 
 
-# Fixtures for tests/daytwo and tests/patrol (a pytest plugin of the root conftest):
-# one rollout per session, shared by the two folders.
+# Fixtures for tests/daytwo (a pytest plugin of the root conftest, so that tests elsewhere, such as
+# tests/ops, share them): one rollout per session.
 
 @pytest.fixture(scope="session")
 def fleet_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
