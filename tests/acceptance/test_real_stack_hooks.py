@@ -21,7 +21,7 @@ from gpufleet.rollout.acceptance import (AcceptanceHooks, AcceptanceRunner, Laun
                                       StageCollectors, stack_hooks)
 from gpufleet.rollout.acceptance_collect import PlaybookAcceptanceCollector
 from gpufleet.rollout.run_config import Adapters
-from gpufleet.rollout.ports import StageResult
+from gpufleet.ports import StageResult
 from gpufleet.rollout.state import BatchStage
 from gpufleet.rollout.wiring import Wiring, acceptance_collector
 from gpufleet.sim.acceptance import AcceptanceFaults, SimAcceptanceCollector

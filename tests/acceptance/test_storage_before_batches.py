@@ -16,7 +16,7 @@ import pytest
 from gpufleet import catalog
 from gpufleet.errors import ProvisioningError
 from gpufleet.rollout.acceptance import AcceptanceHooks, AcceptanceRunner
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, StageResult
 from gpufleet.rollout.storage_base import PLAYBOOK, StorageClientsBase, storage_client_extravars
 from gpufleet.sim.acceptance import AcceptanceFaults
 from tests.acceptance.test_real_stack_hooks import Call, Crash, Recording

@@ -27,7 +27,7 @@ from gpufleet.configure.runner import AnsibleConfigurator
 from gpufleet.errors import ConfigError
 from gpufleet.gates import synth
 from gpufleet.project import find_project
-from gpufleet.rollout.ports import HostStatus, Instance
+from gpufleet.ports import HostStatus, Instance
 from gpufleet.spec import load_stack
 
 PLAYBOOKS = PROJECT_ROOT / "playbooks"

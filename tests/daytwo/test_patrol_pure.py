@@ -12,7 +12,7 @@ from gpufleet.gates import bundle as B
 from gpufleet.gates import synth
 from gpufleet.gates.settings import GateSettings
 from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
-from gpufleet.rollout.ports import Instance, StageResult
+from gpufleet.ports import Instance, StageResult
 from gpufleet.sim.patrol import restamp
 
 T0 = datetime(2026, 7, 14, 9, 0, tzinfo=timezone.utc)

@@ -33,7 +33,7 @@ from gpufleet.gates.bundle import read_bundle
 from gpufleet.gates.verdict import Verdict
 from gpufleet.plan.storage import MB, TIB
 from gpufleet.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 from gpufleet.spec import AcceptanceConfig
 from tests.acceptance.helpers import P5, storage
 

@@ -14,7 +14,7 @@ from gpufleet.errors import ProvisioningError
 from gpufleet.gates import acceptance as A
 from gpufleet.gates.bundle import read_bundle
 from gpufleet.rollout.acceptance_collect import NetworkTools, PlaybookAcceptanceCollector, network_commands, retried
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, StageResult
 from gpufleet.rollout.wiring import acceptance_collector
 from gpufleet.spec import AcceptanceConfig
 from gpufleet.sim import acceptance as S  # the simulator's fio documents, in fio 3.33's shape

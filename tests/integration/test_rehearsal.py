@@ -61,7 +61,7 @@ from gpufleet.rollout.backends import LocalJournalStore
 from gpufleet.rollout.journal import Journal
 from gpufleet.rollout.batch_stages import STAGE_CODE
 from gpufleet.rollout.orchestrator import Orchestrator
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult, WallClock
+from gpufleet.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult, WallClock
 from gpufleet.rollout.run_config import Adapters
 from gpufleet.rollout.state import NodeStage
 from gpufleet.rollout.static_hosts import StaticHostsProvisioner

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.errors import ConfigError
-from gpufleet.ops import access as acc
+from gpufleet.plan import access as acc
 from gpufleet.spec import OpsConfig, Tenant
 
 TENANTS = (Tenant(name="vision", partitions=("train", "debug"), members=("ana", "raj")),

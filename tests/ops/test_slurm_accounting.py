@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from gpufleet.ops import access as acc
+from gpufleet.plan import access as acc
 from gpufleet.plan import build_plan
 from gpufleet.pool.slurm.conf import LocalFlavour, generate
 from gpufleet.pool.slurm.local import slurm_version

@@ -19,7 +19,7 @@ from gpufleet.configure.inventory import ChrootConnection
 from gpufleet.configure.runner import AnsibleConfigurator
 from gpufleet.reports.drift_software import CHECK_MODE, CheckModeHost, check_mode_findings
 from gpufleet.reports.sources import AnsibleSoftware, facts_from_events
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = """

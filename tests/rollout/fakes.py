@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from gpufleet.gates import bundle as B, synth
 from gpufleet.gates.launch import LaunchSpec
 from gpufleet.pool.protocol import LaunchResult
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, ProvisionResult, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, ProvisionResult, StageResult
 
 T0 = datetime(2026, 7, 14, 8, 0, tzinfo=timezone.utc)
 

@@ -24,7 +24,7 @@ from semver import VersionInfo
 from gpufleet.errors import ProvisioningError
 from gpufleet.plan.model import NodeSlot
 from gpufleet.project import Project
-from gpufleet.rollout.ports import Provisioner
+from gpufleet.ports import Provisioner
 from gpufleet.rollout.pulumi_provisioner import PulumiProvisioner, ProvisionProgress, RetryPolicy
 from tests.unit.moto_server import moto_client, moto_endpoint  # noqa: F401 (fixtures)
 

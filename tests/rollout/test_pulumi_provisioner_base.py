@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ProvisioningError
-from gpufleet.rollout.ports import BaseProvisioner, Instance
+from gpufleet.ports import BaseProvisioner, Instance
 from tests.rollout.test_pulumi_provisioner import (AFTER_UP, GET_TARGET, SELECT, SET_TARGET, UP, FakePulumi, _argv,
                                                    _provisioner)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gpufleet.gates import bundle as B, synth
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, StageResult
 from gpufleet.rollout.state import NodeStage
 
 from tests.rollout.fakes import FakeCloud

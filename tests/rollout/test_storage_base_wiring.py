@@ -13,7 +13,7 @@ from gpufleet.configure import executor as executor_module
 from gpufleet.configure.runner import AnsibleConfigurator
 from gpufleet.plan import plan_stack
 from gpufleet.rollout import pulumi_provisioner, wiring
-from gpufleet.rollout.ports import BaseProvisioner, Instance
+from gpufleet.ports import BaseProvisioner, Instance
 from gpufleet.rollout.storage_base import PLAYBOOK, StorageClientsBase
 from gpufleet.spec import load_stack
 from tests.rollout.test_wiring_real import SLURM_OUTPUTS, FakeProvisioner, RecordingBackend, project  # noqa: F401

@@ -22,7 +22,7 @@ from gpufleet.errors import ConfigError, ConfigErrors, PoolError
 from gpufleet.plan import plan_stack
 from gpufleet.project import find_project
 from gpufleet.rollout import pulumi_provisioner, wiring
-from gpufleet.rollout.ports import HostStatus, Instance
+from gpufleet.ports import HostStatus, Instance
 from gpufleet.spec import ClusterSpec, ConfigureConfig, load_stack, raw_from_stack_yaml
 
 REPO = Path(__file__).resolve().parents[2]

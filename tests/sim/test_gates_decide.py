@@ -12,7 +12,7 @@ from gpufleet.gates.evaluate import gate_cohort
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.versions import expectations
 from gpufleet.gates.verdict import Action
-from gpufleet.rollout.ports import HostStatus
+from gpufleet.ports import HostStatus
 from gpufleet.sim import EFFECTS
 
 from .conftest import ALL_KINDS, make_spec

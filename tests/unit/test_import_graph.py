@@ -22,7 +22,7 @@ import gpufleet
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("__init__", "errors", "findings", "durable", "tagging")),
     ("facts", ("catalog", "catalog_prices", "spec", "project", "bom", "policies")),
-    ("plan", ("plan",)),
+    ("plan", ("plan", "ports")),
     ("adapters", ("gates", "configure", "cloud", "validate_cloud")),
     ("pool", ("pool",)),
     ("rollout", ("rollout", "sim")),

@@ -25,7 +25,7 @@ from gpufleet.configure.runner import AnsibleConfigurator, HostProgress, Verdict
 from gpufleet.errors import ConfigError, PoolError
 from gpufleet.gates.image import image_runtime
 from gpufleet.project import Project
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
 from gpufleet.spec import ClusterSpec
 
 _STATUS = {Verdict.OK: HostStatus.OK, Verdict.FAILED: HostStatus.FAILED, Verdict.UNREACHABLE: HostStatus.UNREACHABLE}
@@ -33,7 +33,7 @@ BUNDLE_MARKER = "manifest.json"  # the preflight writes it last: a bundle withou
 
 
 class AnsibleExecutor:
-    """`gpufleet.rollout.ports.Executor` over SSH or SSM (whatever `connection` is)."""
+    """`gpufleet.ports.Executor` over SSH or SSM (whatever `connection` is)."""
 
     def __init__(self, runner: AnsibleConfigurator, connection: Connection, site_vars: Mapping[str, Any], *,
                  groups: Sequence[str] = (), context: Mapping[str, Any] | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from gpufleet.daytwo.patrol import PATROL_FILES, light_commands
-from gpufleet.rollout.ports import Instance, StageResult
+from gpufleet.ports import Instance, StageResult
 
 
 class PatrolCollector(Protocol):

@@ -23,7 +23,7 @@ from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.project import Project
 from gpufleet.rollout.run_config import Adapters
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 from gpufleet.rollout.state import BatchStage, NodeStage, RolloutState
 from gpufleet.spec import ClusterSpec
 
@@ -94,7 +94,7 @@ def _resume_clock(clock: Any, rollout: RolloutState, pipelining: bool, latest: s
 
 def _pool_wiring(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> Any:
     from gpufleet.pool.factory import pool_for
-    from gpufleet.rollout.ports import WallClock
+    from gpufleet.ports import WallClock
     from gpufleet.rollout.wiring import Wiring
 
     pool = pool_for(spec, project, stack, plan=plan)

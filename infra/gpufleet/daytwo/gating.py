@@ -22,7 +22,7 @@ from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import Action, NodeOutcome
 from gpufleet.rollout import baselines as bl
 from gpufleet.rollout.batch_stages import remediation_for
-from gpufleet.rollout.ports import HostStatus, Instance, StageResult
+from gpufleet.ports import HostStatus, Instance, StageResult
 from gpufleet.rollout.run_config import Adapters
 
 

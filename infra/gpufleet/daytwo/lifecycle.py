@@ -13,7 +13,7 @@ from gpufleet.daytwo.gating import gate_nodes, launch_kind
 from gpufleet.errors import PoolError, UsageError
 from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.pool.protocol import NodeState, PendingNode, PoolNode, record_digest
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 
 
 def _check_reason(why: str) -> str:

@@ -23,7 +23,7 @@ from gpufleet.daytwo.patrol import PatrolResult, judge, select, since_for, worst
 from gpufleet.gates import bundle as B
 from gpufleet.pool.protocol import NodeState
 from gpufleet.durable import write_atomic
-from gpufleet.rollout.ports import HostStatus
+from gpufleet.ports import HostStatus
 
 LAST = "last.json"
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from gpufleet.errors import ConfigError
 from gpufleet.plan.model import NodeSlot
-from gpufleet.rollout.ports import ProvisionResult
+from gpufleet.ports import ProvisionResult
 from gpufleet.spec import ClusterSpec
 
 INPLACE, REIMAGE = "inplace", "reimage"

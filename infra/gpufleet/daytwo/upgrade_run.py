@@ -37,7 +37,7 @@ from gpufleet.gates.settings import GateSettings
 from gpufleet.pool.protocol import Evicting, HasHolders, NodeState, PendingNode
 from gpufleet.durable import write_atomic
 from gpufleet.rollout.run_config import Adapters
-from gpufleet.rollout.ports import Executor, Instance
+from gpufleet.ports import Executor, Instance
 
 
 @dataclass

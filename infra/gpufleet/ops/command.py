@@ -173,7 +173,7 @@ def access(stack: str, out: Path) -> None:
     import shlex
 
     from gpufleet import catalog
-    from gpufleet.ops import access as acc
+    from gpufleet.plan import access as acc
     from gpufleet.plan import build_plan
     from gpufleet.pool.kubernetes.manifests import partition_queues
 

@@ -26,7 +26,7 @@ from gpufleet.reports.audit import NodeFacts
 from gpufleet.reports.drift_cloud import INSTANCE_TYPE, CloudInstance, CloudScan, StateView, StepView
 from gpufleet.reports.drift_software import CheckModeHost
 from gpufleet.reports.sources import Sources, StoredBaselines
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 from gpufleet.sim.cloud import SimulatedCloud
 from gpufleet.sim.drift import Injections, drift_file
 from gpufleet.sim.executor import unreachable_message

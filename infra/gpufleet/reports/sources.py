@@ -27,7 +27,7 @@ from gpufleet.reports.drift_cloud import (CloudInstance, CloudScan, Reservation,
                                        ec2_rules)
 from gpufleet.reports.drift_performance import PerfSnapshot, is_new, snapshot
 from gpufleet.reports.drift_software import CheckModeHost
-from gpufleet.rollout.ports import Instance
+from gpufleet.ports import Instance
 
 DEFAULT_EXPIRY_WARNING = timedelta(hours=72)
 PRODUCTION_RETRIES = {"mode": "adaptive", "max_attempts": 10}  # botocore: throttling-aware client-side rate limiting

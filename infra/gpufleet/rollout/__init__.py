@@ -1,2 +1,2 @@
 """The staged, gated rollout: a pure state machine, its journal, and the orchestrator that drives
-the ports (`ports.py`: Provisioner, Executor, Clock; the Pool lives in `gpufleet.pool.protocol`)."""
+the ports (`gpufleet.ports`: Provisioner, Executor, Clock; the Pool lives in `gpufleet.pool.protocol`)."""

@@ -26,7 +26,7 @@ from gpufleet.errors import ProvisioningError
 from gpufleet.gates import acceptance as A
 from gpufleet.gates.bundle import FileRecord, Manifest, write_bundle
 from gpufleet.gates.parsers.fio import merge_outputs
-from gpufleet.rollout.ports import HostStatus, Instance, StageResult
+from gpufleet.ports import HostStatus, Instance, StageResult
 from gpufleet.spec import AcceptanceConfig
 
 PLAYBOOK = "acceptance.yml"

@@ -25,7 +25,7 @@ from gpufleet.pool.protocol import PendingNode, admit_all
 from gpufleet.rollout import baselines as bl
 from gpufleet.rollout import events
 from gpufleet.rollout.journal import Journal
-from gpufleet.rollout.ports import HostStatus, Instance, ProvisionResult
+from gpufleet.ports import HostStatus, Instance, ProvisionResult
 from gpufleet.rollout.provision_ahead import ProvisionAhead
 from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.rollout.state import NodeStage, NodeState, RolloutState

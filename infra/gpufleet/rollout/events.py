@@ -13,7 +13,7 @@ from gpufleet.gates.admission import AdmissionRecord, BatchNetworkResult
 from gpufleet.gates.verdict import Action, Verdict
 from gpufleet.pool.protocol import record_digest
 from gpufleet.rollout import baselines as bl
-from gpufleet.rollout.ports import ProvisionResult
+from gpufleet.ports import ProvisionResult
 from gpufleet.rollout.state import NodeState
 
 Event = dict[str, Any]

@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from gpufleet.plan.model import NodeSlot
-from gpufleet.rollout.ports import ProvisionResult, Provisioner
+from gpufleet.ports import ProvisionResult, Provisioner
 
 Record = Callable[[int, Sequence[str], ProvisionResult, float], None]
 

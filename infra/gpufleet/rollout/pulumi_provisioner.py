@@ -50,7 +50,7 @@ from gpufleet.cloud.pulumi_stack import output_values, select_stack
 from gpufleet.errors import ConfigError, ProvisioningError
 from gpufleet.plan.model import NodeSlot
 from gpufleet.project import Project
-from gpufleet.rollout.ports import Instance, ProvisionResult, ReplaceAction
+from gpufleet.ports import Instance, ProvisionResult, ReplaceAction
 from gpufleet.spec import AMI_PATTERN, ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class PulumiProvisioner:
             return new
 
     def provision_base(self) -> Mapping[str, Instance]:
-        """`gpufleet.rollout.ports.BaseProvisioner`: the base (network, file system, controller, storage
+        """`gpufleet.ports.BaseProvisioner`: the base (network, file system, controller, storage
         clients) before any GPU node. A stack with no batch target gets 0, one with a target keeps it
         (never lowered: the program refuses a shrink), and one `up` converges either; the storage
         clients come from its outputs."""

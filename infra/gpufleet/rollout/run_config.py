@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.pool.protocol import Pool
-from gpufleet.rollout.ports import Clock, Executor, Provisioner
+from gpufleet.ports import Clock, Executor, Provisioner
 
 
 @dataclass

@@ -29,7 +29,7 @@ import yaml
 
 from gpufleet.errors import ConfigError, ProvisioningError
 from gpufleet.plan.model import ClusterPlan, NodeSlot
-from gpufleet.rollout.ports import Instance, ProvisionResult, ReplaceAction
+from gpufleet.ports import Instance, ProvisionResult, ReplaceAction
 
 ENTRY_KEYS = {"slot", "address", "instanceId"}
 
@@ -70,7 +70,7 @@ def parse_inventory(data: Any, plan: ClusterPlan, source: str) -> dict[str, Inst
 
 
 class StaticHostsProvisioner:
-    """`gpufleet.rollout.ports.Provisioner` over an inventory of existing hosts (see the module doc)."""
+    """`gpufleet.ports.Provisioner` over an inventory of existing hosts (see the module doc)."""
 
     def __init__(self, hosts: Mapping[str, Instance], source: str) -> None:
         self.hosts = dict(hosts)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from gpufleet.errors import ProvisioningError
 from gpufleet.rollout.acceptance_collect import PlaybookRunner
-from gpufleet.rollout.ports import BaseProvisioner, Instance
+from gpufleet.ports import BaseProvisioner, Instance
 
 PLAYBOOK = "storage_clients.yml"
 STAGE = "storage-clients"

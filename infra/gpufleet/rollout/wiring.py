@@ -24,7 +24,7 @@ from gpufleet.gates import versions as gate_versions
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.project import Project
-from gpufleet.rollout.ports import Executor, HostOutcome, Instance, RemediateAction, StageResult, WallClock
+from gpufleet.ports import Executor, HostOutcome, Instance, RemediateAction, StageResult, WallClock
 from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.spec import ClusterSpec
 

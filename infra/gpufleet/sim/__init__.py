@@ -4,8 +4,8 @@ under mocks, node outputs in the real tools' formats, a fabric model and a virtu
 One entry point::
 
     cloud = SimulatedCloud.open(spec, plan, project, stack)   # opens or resumes <state_dir>/sim/
-    cloud.provisioner   # gpufleet.rollout.ports.Provisioner: provision(batch, slots), replace(slot, action), inventory()
-    cloud.executor      # gpufleet.rollout.ports.Executor: configure, preflight (bundles under dest/<slot>/), remediate
+    cloud.provisioner   # gpufleet.ports.Provisioner: provision(batch, slots), replace(slot, action), inventory()
+    cloud.executor      # gpufleet.ports.Executor: configure, preflight (bundles under dest/<slot>/), remediate
     cloud.launcher      # gpufleet.pool.protocol.Launcher: run(specs, timeout_s) -> nccl-tests output per spec
     cloud.ledger        # what the cloud did (launch/stop/terminate/shortfall), fsync'd JSONL, sim/ledger.jsonl
     cloud.clock         # VirtualClock: now(); the rollout advances it by the modelled durations

@@ -14,7 +14,7 @@ EPOCH = datetime(2026, 7, 14, 8, 0, tzinfo=timezone.utc)
 
 
 class VirtualClock:
-    """`Clock` port (gpufleet.rollout.ports) over modelled seconds since `start`."""
+    """`Clock` port (gpufleet.ports) over modelled seconds since `start`."""
 
     def __init__(self, start: datetime = EPOCH, elapsed_s: float = 0.0) -> None:
         self.start = start

@@ -66,7 +66,7 @@ def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, proje
 class SimulatedCloud(SimFleet):
     """Entry point: `SimulatedCloud.open(spec, plan, project, stack)`.
 
-    Attributes the rollout builds on: `provisioner` (gpufleet.rollout.ports.Provisioner),
+    Attributes the rollout builds on: `provisioner` (gpufleet.ports.Provisioner),
     `executor` (Executor), `launcher` (gpufleet.pool.protocol.Launcher), `ledger` (what the cloud
     did, gpufleet.sim.world.Ledger), `clock` (VirtualClock), `truth()` (the seeded ground truth).
     """

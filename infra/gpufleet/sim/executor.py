@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from gpufleet.gates import synth
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, RemediateAction, StageResult
 from gpufleet.sim.faults import CONFIGURE_FAILED_TASK
 from gpufleet.sim.world import SimInstance
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpufleet.gates import bundle as B
-from gpufleet.rollout.ports import HostOutcome, HostStatus, Instance, StageResult
+from gpufleet.ports import HostOutcome, HostStatus, Instance, StageResult
 from gpufleet.sim.executor import unreachable_message
 
 if TYPE_CHECKING:

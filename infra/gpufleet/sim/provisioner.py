@@ -1,6 +1,6 @@
 """The simulated Provisioner: slots to instances, as `pulumi up` with a raised batch target would.
 
-Semantics kept from the real adapter (gpufleet.rollout.ports.Provisioner): `provision(k, slots)`
+Semantics kept from the real adapter (gpufleet.ports.Provisioner): `provision(k, slots)`
 makes batches 1..k exist (so a slot a previous call left short is retried too) and returns the
 requested slots' instances; a slot that already has an instance is returned, never relaunched.
 A configured capacity shortfall leaves the last slots of one batch without an instance for the
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from gpufleet.errors import ProvisioningError
 from gpufleet.plan.model import NodeSlot
-from gpufleet.rollout.ports import Instance, ProvisionResult, ReplaceAction
+from gpufleet.ports import Instance, ProvisionResult, ReplaceAction
 from gpufleet.sim.world import SimInstance
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from typing import Literal, Mapping, Sequence
 
 from gpufleet.catalog import InstanceType
 from gpufleet.errors import ConfigError, PoolError
-from gpufleet.ops.access import allow_accounts
+from gpufleet.plan.access import allow_accounts
 from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.protocol import PENDING_REASON
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
@@ -211,7 +211,7 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
 
 def _accounting(spec: ClusterSpec, flavour: Flavour) -> list[str]:
     """slurmdbd on the head node (real) or the caller's (local); the gres/gpu TRES is what the
-    teams' QOS limits count (`gpufleet.ops.access.sacctmgr_commands`)."""
+    teams' QOS limits count (`gpufleet.plan.access.sacctmgr_commands`)."""
     if not spec.ops.slurm_accounting:
         return ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
     if isinstance(flavour, LocalFlavour):

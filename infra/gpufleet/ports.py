@@ -4,7 +4,9 @@ Why ports: the orchestrator decides; adapters only carry. Each port has a real a
 (Pulumi Automation API, ansible-runner, wall clock) and a simulated one (`gpufleet.sim`), and the
 orchestrator cannot tell them apart. Every result carries `duration_s`: measured wall time on
 real adapters, the modelled stage time on the simulator, so the rollout's timeline (and the
-modelled time-to-pool with or without pipelining) is computed the same way for both.
+modelled time-to-pool with or without pipelining) is computed the same way for both. Why beside
+the plan and not in rollout/: the adapters (configure/, sim/, the Pulumi provisioner) implement
+them and the rollout drives them, so both sides import them from below.
 """
 
 from __future__ import annotations
