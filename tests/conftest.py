@@ -29,6 +29,27 @@ def _full_capture(stack: str) -> Capture:
     return _captures[stack]
 
 
+# The fast tier, `pytest -m "not slow"` (README "Tests"): a test is slow, whatever its own marks,
+# when it needs root (chroots, network namespaces, apt) or a fixture that brings up a real tool or
+# system: a Debian or AL2023 root, the Ansible collections (the ansible wheel), a real Slurm, an sshd,
+# Prometheus, Chromium. Tests slow for their own work carry `pytest.mark.slow` themselves.
+SLOW_FIXTURES = frozenset({
+    "base_rootfs", "dnf_layer", "collections_dir",  # tests/configure/host_fixtures.py
+    "slurm_cluster", "slurm_project", "sshd",  # tests/pool, tests/daytwo: a real slurmctld and slurmd, an sshd
+    "promtool", "prometheus_url",  # tests/ops: Debian's prometheus
+    "browser",  # tests/reports/test_html.py: Chromium renders the reports
+})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: the mark must be on the item by then
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and (
+                item.get_closest_marker("requires_root") is not None
+                or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def full_capture() -> Callable[[str], Capture]:
     return _full_capture

@@ -208,6 +208,7 @@ def test_an_image_fault_without_an_image_is_refused_before_anything_is_launched(
     assert not (project / ".gpufleet" / "imagecheck" / "sim" / "ledger.jsonl").exists()
 
 
+@pytest.mark.slow  # a whole simulated rollout, ~9 s
 def test_a_simulated_rollout_quarantines_exactly_the_node_that_missed_the_pull(tmp_path):
     project = make_project(tmp_path / "p")
     _image_stack(project, IMAGE)

@@ -23,6 +23,7 @@ from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # real ansible-playbook runs, ~25 s each
 BIN = Path(sys.executable).parent
 IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests@sha256:" + "5e" * 32
 

@@ -186,6 +186,7 @@ def _matches(pattern: str, value: str) -> bool:
 
 # --- what the Pulumi program creates --------------------------------------------------------------
 
+@pytest.mark.slow  # the Pulumi program of every stack, ~30 s
 def test_policy_allows_what_pulumi_needs_for_every_stack(policy: Policy, programs) -> None:
     missing: dict[str, set[str]] = defaultdict(set)
     unmapped = set()

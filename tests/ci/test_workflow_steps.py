@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # the real gpufleet CLI in subprocesses: validate, rollout, drift, 4-18 s each
 BIN = Path(sys.executable).parent
 
 

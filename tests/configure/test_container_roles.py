@@ -39,6 +39,7 @@ PLAY = """---
 
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the roles write root-owned files (run as root, as CI)")
+pytestmark = [pytestmark, pytest.mark.slow]  # real ansible-playbook runs, 30-50 s each
 
 
 def _run(tmp_path: Path, roles: list[str], *extra: str, **more: object) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # ansible-lint and ansible-playbook --syntax-check on every playbook, 2-30 s each
 BIN = Path(sys.executable).parent
 # every playbook in playbooks/ (requirements.yml lists collections, it is no playbook)
 PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name != "requirements.yml")

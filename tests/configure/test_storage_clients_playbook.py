@@ -25,6 +25,7 @@ OUTPUTS = {"fsxDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", "fs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the Lustre client role manages root-owned files "
                                                            "(run as root, as CI)")
+pytestmark = [pytestmark, pytest.mark.slow]  # real ansible-playbook runs
 
 
 def test_check_mode_reports_the_stacks_mount_and_fio_and_writes_nothing(tmp_path):

@@ -25,6 +25,7 @@ PLAY = """---
 """
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the role installs root-owned files (run as root, as CI)")
+pytestmark = [pytestmark, pytest.mark.slow]  # real ansible-playbook runs
 
 
 def _project(tmp_path: Path, images: Path) -> Path:

@@ -16,6 +16,7 @@ from gpufleet.project import load_project
 from tests.daytwo.fleet import STACK, admitted, daytwo_events, gpufleet, ledger, pool_doc, state_dir
 
 
+@pytest.mark.slow  # ~8 s
 def test_blacklist_and_clear_are_journaled_with_who_and_why(fleet):
     slot = admitted(fleet)[0]
     out = gpufleet(fleet, "pool", "blacklist", "-s", STACK, slot, "--reason", "PDU alarm in rack 3", actor="bob@noc")

@@ -64,6 +64,7 @@ def _project_env(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUFLEET_PROJECT", str(tmp_path / "project"))
 
 
+@pytest.mark.slow  # ~10 s
 def test_a_new_image_reimages_each_admitted_slot_once_in_grey_groups(fleet):
     held = admitted_slots(fleet)[-1]
     assert gpufleet(fleet, "pool", "blacklist", "-s", STACK, held, "--reason", "PDU alarm").exit_code == 0
@@ -113,6 +114,7 @@ def test_a_failing_canary_is_reimaged_back_to_its_previous_ami_and_the_upgrade_h
     assert digests(fleet) == before
 
 
+@pytest.mark.slow  # ~12 s
 def test_rollback_reimages_every_group_back_and_a_dry_run_says_what_it_would_reimage(fleet):
     old_images, before = images(fleet), digests(fleet)
     reimage_to(fleet)
@@ -143,6 +145,7 @@ class Crash(Exception):
     pass
 
 
+@pytest.mark.slow  # ~15 s
 def test_a_crash_after_the_provider_reimaged_but_before_the_journal_knew_resumes_without_a_second_one(
         fleet_base, tmp_path):
     clean = shutil.copytree(fleet_base, tmp_path / "clean", symlinks=True)
@@ -173,6 +176,7 @@ def test_a_crash_after_the_provider_reimaged_but_before_the_journal_knew_resumes
     assert set(reimages(crashed).values()) == {1}
 
 
+@pytest.mark.slow  # a child process killed and resumed, 15-25 s each
 @pytest.mark.parametrize("kill_after", [4, 10])
 def test_sigkill_mid_reimage_then_resume_gives_the_uninterrupted_end_state(fleet_base, tmp_path, kill_after):
     clean = shutil.copytree(fleet_base, tmp_path / "clean", symlinks=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from click.testing import CliRunner
 
 from gpufleet.cli import main
@@ -19,6 +20,7 @@ from gpufleet.project import load_project
 from tests.rollout.project import make_project
 
 NEW_AMI = "ami-0fedcba9876543210"
+pytestmark = pytest.mark.slow  # the 1000-GPU pool rolled out and reimaged, ~10 s
 
 
 def test_the_local_pool_is_reimaged_in_grey_groups_one_replacement_per_slot(tmp_path, monkeypatch):

@@ -86,6 +86,7 @@ def test_grey_groups_keep_each_partition_in_service_and_end_on_the_new_bom(fleet
     assert report is None  # the API does not write reports; the command does (next test)
 
 
+@pytest.mark.slow  # the CLI upgrades the fleet twice over, ~12 s
 def test_the_command_upgrades_reports_and_then_has_nothing_to_do(fleet):
     retarget(fleet)
     out = upgrade(fleet, "--previous-bom", str(fleet / "previous-bom.yaml"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from gpufleet.cli import main
@@ -17,6 +18,7 @@ from gpufleet.project import load_project
 from tests.rollout.project import make_project
 
 
+@pytest.mark.slow  # the 1000-GPU pool rolled out and upgraded
 def test_the_local_pool_is_upgraded_in_grey_groups_keeping_every_partition_in_service(tmp_path, monkeypatch):
     root = make_project(tmp_path / "project")
     monkeypatch.setenv("GPUFLEET_PROJECT", str(root))

@@ -7,7 +7,10 @@ import importlib.util
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # the Pulumi program four times over, ~40 s
 
 
 def _bench():

@@ -22,6 +22,7 @@ from tests.ops.cost_helpers import project_with_stack
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _wait
 
 CLUSTER = "gpufleetcost"
+pytestmark = pytest.mark.slow  # real MariaDB, slurmdbd, slurmctld and slurmd
 PRICE = 80.0
 
 

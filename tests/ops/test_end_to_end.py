@@ -25,6 +25,7 @@ from tests.ops.conftest import ensure_tool
 from tests.ops.serving import STACK, Served, fleet_base, free_port, served  # noqa: F401 - fixtures
 
 DEADLINE_S = 120
+pytestmark = pytest.mark.slow  # real Prometheus and Alertmanager, installed and started here
 REPO = Path(__file__).resolve().parents[2]
 
 

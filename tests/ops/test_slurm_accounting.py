@@ -30,6 +30,7 @@ from tests.pool.conftest import small_spec
 TENANTS = (Tenant(name="vision", partitions=("train",), members=("root",)),
            Tenant(name="speech", partitions=("debug",), members=("nobody",)))
 # Slurm lets root past AllowAccounts: the jobs are submitted as `nobody` (uid 65534, auth/none)
+pytestmark = pytest.mark.slow  # real MariaDB, slurmdbd and slurmctld, installed and started here
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 QUOTAS = [acc.PartitionQuota("train", 8), acc.PartitionQuota("debug", 8)]
 
