@@ -1,11 +1,9 @@
 """The stages of one batch: provision -> configure -> preflight -> gates -> multi-node baselines ->
 admit or quarantine, with one remediation and retest and replacements from the spares.
 
-Why each stage is one method over the whole batch: it reads which nodes sit in its stage, does one
-action over all of them through the ports, and journals the result before the next one runs, so a
-crash at any point resumes by running again (the ports are idempotent; a verdict is journaled
-before the pool hears of it; replacing an instance is checked against the provider's inventory).
-Each returns whether any node moved; the orchestrator runs them until none does.
+Each stage is one method over the whole batch that returns whether any node moved; the
+orchestrator runs them until none does (why each journals its result before the next runs, so a
+crash resumes by running again: gpufleet.rollout.orchestrator).
 """
 
 from __future__ import annotations
