@@ -221,6 +221,7 @@ def test_crashes_at_random_points_resume_to_the_same_end_state(fleet_base, tmp_p
     assert len(drains) == len({e["group"] for e in drains})  # no group drained twice
 
 
+@pytest.mark.slow  # a child process killed and resumed, 7-8 s each
 @pytest.mark.parametrize("kill_after", [2, 7])
 def test_sigkill_mid_upgrade_then_resume_gives_the_uninterrupted_end_state(fleet_base, tmp_path, kill_after):
     import os

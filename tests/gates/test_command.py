@@ -118,6 +118,7 @@ def test_preflight_playbook_syntax_check():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.slow  # real ansible-playbook, ~25 s
 def test_preflight_playbook_on_a_gpu_less_host_quarantines_with_the_missing_tools(tmp_path):
     """Run the real play against localhost (no GPU, no NVIDIA or EFA tools here): every command is
     recorded with its exit code, the bundle reads back, and the gate says exactly why it refuses

@@ -95,6 +95,7 @@ def test_pool_command_on_the_sim_stack(project):
     assert out.exit_code == 2 and "no local Slurm" in out.output
 
 
+@pytest.mark.slow  # a real local Slurm, ~8 s
 def test_pool_up_down_on_local_slurm(project):
     ensure_slurm()
     runner = CliRunner()

@@ -37,6 +37,7 @@ SITE = """
 """
 
 
+@pytest.mark.slow  # real ansible-playbook in check mode, ~9 s
 @pytest.mark.skipif(os.geteuid() != 0, reason="the chroot connection needs root")
 def test_check_mode_reports_changed_tasks_and_the_fact_without_changing_anything(tmp_path):
     playbooks = tmp_path / "playbooks"

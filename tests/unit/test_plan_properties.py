@@ -143,6 +143,7 @@ def oracle_subnet_fits(spec: ClusterSpec, plan) -> tuple[bool, int]:
     return wanted <= 2 ** (32 - prefix), wanted
 
 
+@pytest.mark.slow  # 400 examples, ~10 s
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs(), st.sampled_from([-1, 0, 0, 1, None]))
 def test_ip_budget_finding_fires_exactly_when_the_subnet_is_too_small(spec, near):
