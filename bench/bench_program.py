@@ -19,7 +19,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from _measure import measured, peak_traced, timed  # noqa: E402
 
-from gpufleet.cloud.capture import capture_program  # noqa: E402
+from gpufleet.program.capture import capture_program  # noqa: E402
 from gpufleet.spec import load_stack  # noqa: E402
 
 ALL = 10**6

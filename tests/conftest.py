@@ -7,8 +7,8 @@ from typing import Callable
 
 import pytest
 
-from gpufleet.cloud.capture import Capture
-from gpufleet.cloud.snapshot import capture_for_snapshot
+from gpufleet.program.capture import Capture
+from gpufleet.program.snapshot import capture_for_snapshot
 from gpufleet.spec import available_stacks
 
 # the rolled-out day-two fleet, shared by tests/daytwo and tests/ops

@@ -181,7 +181,7 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
 
 
 # --- commands from other packages (one import and one add_command each) --------------------
-from gpufleet.cloud.preview_command import preview as _preview_command  # noqa: E402
+from gpufleet.program.preview_command import preview as _preview_command  # noqa: E402
 main.add_command(_preview_command)
 from gpufleet.gates.command import gate as _gate_command  # noqa: E402
 main.add_command(_gate_command)

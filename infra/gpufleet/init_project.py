@@ -7,7 +7,7 @@ template), `playbooks/`, a policy-pack folder and a `.gitignore`.
 The playbooks, images and example stacks are the package's own copy of this repository's
 files (package data under `infra/gpufleet/_template/`, symlinks into the repository, so they cannot
 drift). The program and the policy pack are not copied: two one-line shims run the installed
-package's (`gpufleet.cloud.program.run_program` and `gpufleet.policies.pack.run_pack`), so
+package's (`gpufleet.program.cluster.run_program` and `gpufleet.policies.pack.run_pack`), so
 upgrading gpufleet upgrades them. Pulumi's python runtime runs `__main__.py` in the project root when
 Pulumi.yaml names no `main:`, with the interpreter of the `virtualenv` option (the one gpufleet
 was installed in, when `init` runs from a virtualenv) or else `python3` on PATH.
@@ -34,13 +34,13 @@ TEMPLATE_FOLDERS = ("images", "playbooks", "stacks")
 DEFAULT_STACK = "dev"
 STACK_CONFIG_DIR = "stacks"
 
-PROGRAM_SHIM = '''"""This project's Pulumi program: the one installed with gpufleet (`gpufleet.cloud.program`).
+PROGRAM_SHIM = '''"""This project's Pulumi program: the one installed with gpufleet (`gpufleet.program.cluster`).
 
 `pulumi up` runs this file from the project root; the program finds the project by its
 Pulumi.yaml and reads the stack's config, images/bom.yaml and the rest from here.
 """
 
-from gpufleet.cloud.program import run_program
+from gpufleet.program.cluster import run_program
 
 run_program(mocked=False)
 '''

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.cloud import capture as capture_module
-from gpufleet.cloud.capture import Capture, capture_program
+from gpufleet.program import capture as capture_module
+from gpufleet.program.capture import Capture, capture_program
 from gpufleet.rollout.backends import DynamoLock, S3JournalStore
 from gpufleet.rollout.lock import LockInfo
 from gpufleet.spec import available_stacks, load_stack
@@ -130,7 +130,7 @@ def test_the_scan_on_every_way_code_names_an_operation(tmp_path: Path) -> None:
     found = {(c.file, a) for c in boto3_calls(pkg) for a in c.actions}
     # describe_volumes is an operation of both services the file uses: counted for each (the scan
     # cannot tell clients apart, so it asks for more, never less); sts needs no permission
-    assert found == {("infra/gpufleet/uses_boto.py", a) for a in (
+    assert found == {("infra/uses_boto.py", a) for a in (
         "ec2:DescribeInstances", "fsx:DescribeFileSystems", "ec2:DescribeVolumes", "fsx:DescribeVolumes",
         "s3:ListBucket")}
 

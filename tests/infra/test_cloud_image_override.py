@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet import tagging as t
-from gpufleet.cloud.capture import capture_program
+from gpufleet.program.capture import capture_program
 from gpufleet.cloud.staging import decode_deployment
 from gpufleet.errors import ConfigError, ConfigErrors
 

@@ -20,7 +20,7 @@ def test_preview_json_counts_instances_by_batch():
 
 
 def test_preview_text_and_mandatory_violation_exit_3(monkeypatch):
-    import gpufleet.cloud.preview as preview
+    import gpufleet.program.preview as preview
 
     monkeypatch.setattr(preview, "evaluate", lambda regs: [Violation("imdsv2-required", "mandatory", "lt", "IMDSv1")])
     result = CliRunner().invoke(main, ["preview", "-s", "dev", "--offline", "--target-batch", "1"])

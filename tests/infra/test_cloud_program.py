@@ -11,8 +11,8 @@ import yaml
 from click.testing import CliRunner
 
 from gpufleet.cli import main
-from gpufleet.cloud.capture import capture_program
-from gpufleet.cloud.program import build_cluster
+from gpufleet.program.capture import capture_program
+from gpufleet.program.cluster import build_cluster
 from gpufleet.errors import ConfigError
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
@@ -41,7 +41,7 @@ def test_the_entry_point_runs_the_unmocked_program(monkeypatch):
     """infra/__main__.py (what `pulumi up` runs) asks for the unmocked program, the path that refuses."""
     import runpy
 
-    import gpufleet.cloud.program as program
+    import gpufleet.program.cluster as program
 
     asked: list[bool] = []
     monkeypatch.setattr(program, "run_program", lambda *, mocked: asked.append(mocked))

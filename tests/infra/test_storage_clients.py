@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet import tagging as t
 from gpufleet.catalog import get as instance_type
-from gpufleet.cloud.capture import capture_program
+from gpufleet.program.capture import capture_program
 from gpufleet.cloud.plain_instance import AMI_PARAMETERS
 from gpufleet.errors import ConfigError
 from gpufleet.plan import build_plan

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.ops.monitoring_files import OPS_SERVE
+from gpufleet.monitoring.files import OPS_SERVE
 from gpufleet.plan import build_plan
 from gpufleet.project import load_project
 from gpufleet.rollout.wiring import head_node_extravars, real_executor

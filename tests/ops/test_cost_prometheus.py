@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from gpufleet.cost import prometheus as prom
-from gpufleet.ops.metrics import GPU_UTIL
+from gpufleet.monitoring.metrics import GPU_UTIL
 from tests.ops.conftest import ensure_tool
 
 

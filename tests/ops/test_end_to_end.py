@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.bom import load_bom
-from gpufleet.ops import metrics, monitoring_counters, scrape
+from gpufleet.monitoring import counters as monitoring_counters, metrics, scrape
 from tests.daytwo.fleet import pool_doc
 from tests.ops.conftest import ensure_tool
 from tests.ops.serving import STACK, Served, fleet_base, free_port, served  # noqa: F401 - fixtures

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ConfigError, GpufleetError
-from gpufleet.ops import metrics, monitoring_counters as mc
-from gpufleet.ops.rules import Thresholds, dcgm_metrics, rules_document
+from gpufleet.monitoring import counters as mc, metrics
+from gpufleet.monitoring.rules import Thresholds, dcgm_metrics, rules_document
 from gpufleet.spec import OpsConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -17,15 +17,15 @@ import pytest
 import yaml
 from pulumi.runtime import settings
 
-from gpufleet.cloud.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
+from gpufleet.program.capture import PROJECT, GpufleetMocks, Registration, RecordingMonitor
 from gpufleet.errors import ConfigError
 from gpufleet.findings import Level
-from gpufleet.ops import metrics as mx
-from gpufleet.ops import monitoring_counters
-from gpufleet.ops import monitoring_manifests as mm
-from gpufleet.ops.monitoring_k8s import Monitoring, MonitoringConfig
-from gpufleet.ops.rules import ADMITTED_BUSY, Thresholds, rules_document
-from gpufleet.ops.scrape import prometheus_config
+from gpufleet.monitoring import metrics as mx
+from gpufleet.monitoring import counters as monitoring_counters
+from gpufleet.pool.kubernetes import monitoring_manifests as mm
+from gpufleet.pool.kubernetes.monitoring import Monitoring, MonitoringConfig
+from gpufleet.monitoring.rules import ADMITTED_BUSY, Thresholds, rules_document
+from gpufleet.monitoring.scrape import prometheus_config
 from gpufleet.plan import build_plan
 from gpufleet.pool.kubernetes.chart_values import dcgm_exporter_values
 from gpufleet.pool.protocol import GATE_TAINT, QUARANTINE_TAINT

@@ -1,7 +1,7 @@
 """The Slurm monitoring roles, for real: `monitoring_exporters` (dcgm-exporter and node_exporter on
 GPU nodes) and `monitoring_server` (Prometheus and Alertmanager on the head node) applied to this
 machine with `--check --diff` (as root: the check reads /etc and the user database), from the
-files gpufleet generates (`gpufleet.ops.monitoring_files`). The run must not fail and must write
+files gpufleet generates (`gpufleet.monitoring.files`). The run must not fail and must write
 nothing; the files it would install are read from its diffs, and the head node's configuration
 they make up (prometheus.yml, the rules, the file_sd targets built from the inventory) passes the
 real `promtool check config`."""
@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from gpufleet.bom import load_bom
-from gpufleet.ops import monitoring_counters, scrape
-from gpufleet.ops.monitoring_files import FILES, documents, monitoring_extravars
-from gpufleet.ops.rules import Thresholds
+from gpufleet.monitoring import counters as monitoring_counters, scrape
+from gpufleet.monitoring.files import FILES, documents, monitoring_extravars
+from gpufleet.monitoring.rules import Thresholds
 from gpufleet.spec import load_stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from gpufleet.cli import main
-from gpufleet.ops import metrics, monitoring_counters
-from gpufleet.ops.rules import Thresholds, alert_rules, rules_document, unit_tests
+from gpufleet.monitoring import counters as monitoring_counters, metrics
+from gpufleet.monitoring.rules import Thresholds, alert_rules, rules_document, unit_tests
 from gpufleet.spec import OpsConfig
 
 DEFAULT_COUNTERS = Path(__file__).parent / "fixtures" / "dcgm-exporter-default-counters.csv"

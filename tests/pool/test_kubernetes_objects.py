@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from gpufleet.bom import load_bom, resolve_bom_path
-from gpufleet.cloud.capture import Capture
+from gpufleet.program.capture import Capture
 from gpufleet.configure.nccl_env import nccl_env_for
-from gpufleet.ops.monitoring_manifests import KUBE_PROMETHEUS_STACK
+from gpufleet.pool.kubernetes.monitoring_manifests import KUBE_PROMETHEUS_STACK
 from gpufleet.pool.kubernetes import manifests as m
 from gpufleet.pool.kubernetes import versions as v
 from gpufleet.pool.protocol import BLOCK_LABEL, GATE_TAINT, PENDING_TAINT_VALUE, QUARANTINE_TAINT
@@ -38,7 +38,7 @@ CHART_TOLERATIONS = {
     "aws-efa-k8s-device-plugin": ["tolerations"],
     "dcgm-exporter": ["tolerations"],
     "aws-fsx-csi-driver": ["node.tolerations", "controller.tolerations"],
-    "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # gpufleet.ops.monitoring_manifests
+    "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # gpufleet.pool.kubernetes.monitoring_manifests
 }
 
 
@@ -345,7 +345,7 @@ def test_reserved_namespace_names_are_refused(prod):
 
 def test_every_kubernetes_object_goes_through_the_eks_components_provider(monkeypatch):
     """Not an ambient kubeconfig: the provider built from the cluster's own kubeconfig output."""
-    from gpufleet.cloud import capture
+    from gpufleet.program import capture
 
     providers: dict[str, str] = {}
     register = capture.RecordingMonitor.RegisterResource

@@ -345,7 +345,7 @@ def test_an_unknown_replace_action_is_refused(tmp_path):
 
 
 def test_the_urn_it_targets_is_the_one_the_program_registers(tmp_path):
-    from gpufleet.cloud.capture import capture_program
+    from gpufleet.program.capture import capture_program
 
     cap = capture_program("dev", target_batch=1)
     node = next(r for r in cap.of_type("aws:ec2/instance:Instance") if r.name == "dev-b0000-n00000")

@@ -221,7 +221,7 @@ def test_the_program_checks_the_bom_of_the_project_pulumi_runs_it_for(project, m
     """`pulumi up` in `project` (cwd at `main:`, here another checkout's infra/): its BOM decides."""
     import pulumi
 
-    from gpufleet.cloud.capture import capture_program
+    from gpufleet.program.capture import capture_program
     from gpufleet.spec import load_stack_path
 
     edit_yaml(project / "images" / "bom.yaml", lambda d: d["components"]["fabric_manager"].update(version="570.1.1"))
@@ -251,7 +251,7 @@ def test_init_writes_a_project_that_validates_from_inside(tmp_path, monkeypatch)
     pulumi_yaml = yaml.safe_load((target / "Pulumi.yaml").read_text())
     assert pulumi_yaml["name"] == "My-Cluster" and pulumi_yaml["stackConfigDir"] == "stacks"
     assert "main" not in pulumi_yaml  # Pulumi runs ./__main__.py, the shim of the installed program
-    assert "from gpufleet.cloud.program import run_program\n\nrun_program(mocked=False)" in (
+    assert "from gpufleet.program.cluster import run_program\n\nrun_program(mocked=False)" in (
         target / "__main__.py").read_text()
     assert "from gpufleet.policies.pack import run_pack\n\nrun_pack()" in (target / "policies" / "__main__.py").read_text()
     assert yaml.safe_load((target / "policies" / "PulumiPolicy.yaml").read_text())["runtime"]
@@ -271,7 +271,7 @@ def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_
     """pulumi-language-python-exec: chdir to the project, then runpy.run_path(".", run_name="__main__")."""
     import runpy
 
-    from gpufleet.cloud import capture, program
+    from gpufleet.program import capture, cluster as program
     from gpufleet.spec import load_stack_path
 
     target = tmp_path / "fresh"
@@ -284,7 +284,7 @@ def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_
         return ran[-1]
 
     def as_pulumi_starts_it(*, mocked: bool):
-        runpy.run_path(".", run_name="__main__")  # ./__main__.py -> gpufleet.cloud.program.run_program
+        runpy.run_path(".", run_name="__main__")  # ./__main__.py -> gpufleet.program.cluster.run_program
         return ran[-1]
 
     monkeypatch.setattr(program, "run_program", recorded)

@@ -126,7 +126,7 @@ def test_a_user_project_with_its_own_infra_folder_works(installed, project):
     (project / "policies" / "__init__.py").write_text("raise ImportError('the user project policies package')\n")
     assert _nodes(installed.run("plan", "-s", "dev", "--json", cwd=project)) == 4
     # Pulumi runs a project's __main__.py with the project root first on sys.path: imports still find ours
-    assert installed.py("import gpufleet.cli, gpufleet.cloud.program, gpufleet.policies.rules; print('ok')",
+    assert installed.py("import gpufleet.cli, gpufleet.program.cluster, gpufleet.policies.rules; print('ok')",
                         cwd=project).strip() == "ok"
     version = installed.run("--version", cwd=project)
     assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr
@@ -184,7 +184,7 @@ def test_init_makes_a_project_that_validates_and_runs_the_installed_program(inst
     # policies/__main__.py with policies/ first (the pack). Both shims must reach the installed modules,
     # never the project's own `policies/` folder.
     find = ("import importlib.util, sys; sys.path[:0] = sys.argv[1:]; "
-            "print(importlib.util.find_spec('gpufleet.cloud.program').origin); "
+            "print(importlib.util.find_spec('gpufleet.program.cluster').origin); "
             "print(importlib.util.find_spec('gpufleet.policies.pack').origin)")
     for first in ([str(target)], [str(target / "policies"), str(target)]):
         proc = subprocess.run([str(installed.python), "-c", find, *first], cwd=target, env=installed.env,

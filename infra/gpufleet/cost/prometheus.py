@@ -6,7 +6,7 @@ step keeps every series under Prometheus's 11,000 points per series and the whol
 `POINT_BUDGET` points (a month of 1,250 nodes at 5 minutes would be an 11-million-point, several
 hundred MB answer; the budget widens the step to about 26 minutes instead); jobs shorter than the
 step may fall between samples and are reported as not measured, never as idle. The `node` label is the one the scrape config and the rules put on every target
-(`gpufleet.ops.rules.NODE_LABEL`).
+(`gpufleet.monitoring.rules.NODE_LABEL`).
 
 Failure: a connection error, an HTTP error or an API answer with `status: error` raises
 `PrometheusError`; the report then says the utilisation could not be read and exits 1.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 from gpufleet.cost.intervals import Interval
-from gpufleet.ops.metrics import GPU_UTIL
-from gpufleet.ops.rules import NODE_LABEL
+from gpufleet.monitoring.metrics import GPU_UTIL
+from gpufleet.monitoring.rules import NODE_LABEL
 
 MAX_POINTS = 11_000  # Prometheus refuses a range query with more points per series
 POINT_BUDGET = 2_000_000  # all series together: the answer stays tens of MB

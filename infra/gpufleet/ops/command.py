@@ -30,7 +30,7 @@ def _context(stack: str) -> tuple[Any, Any]:
 def thresholds(spec: Any, project: Any) -> Any:
     """The rules' inputs: the gates' settings and the BOM's DCGM for this stack, its ops keys."""
     from gpufleet.bom import load_bom
-    from gpufleet.ops.rules import Thresholds
+    from gpufleet.monitoring.rules import Thresholds
     from gpufleet.rollout.wiring import gate_settings
 
     settings = gate_settings(spec, project)
@@ -60,8 +60,8 @@ def ops() -> None:
               help="host:port of `gpufleet ops serve` (its /metrics).")
 def rules(stack: str, out: Path, alertmanager: str, gpufleet_target: str) -> None:
     """Write the Prometheus rules (and their unit tests) generated for STACK."""
-    from gpufleet.ops import metrics, monitoring_counters, scrape
-    from gpufleet.ops.rules import rules_document, unit_tests
+    from gpufleet.monitoring import counters as monitoring_counters, metrics, scrape
+    from gpufleet.monitoring.rules import rules_document, unit_tests
     from gpufleet.plan import build_plan
 
     project, spec = _context(stack)

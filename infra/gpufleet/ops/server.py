@@ -17,7 +17,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from gpufleet.errors import GpufleetError
-from gpufleet.ops import metrics as m
+from gpufleet.monitoring import metrics as m
 from gpufleet.ops.webhook import Notification
 from gpufleet.pool.protocol import NodeState, PoolState
 

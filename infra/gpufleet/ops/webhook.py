@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.ops.rules import ACTION_LABEL, NODE_LABEL, QUARANTINE
+from gpufleet.monitoring.rules import ACTION_LABEL, NODE_LABEL, QUARANTINE
 from gpufleet.pool.protocol import NodeState, PoolState
 
 _TAINT_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

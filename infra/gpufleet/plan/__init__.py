@@ -93,7 +93,7 @@ def _rollout_findings(spec: ClusterSpec, batches: int) -> list[Finding]:
 
 def _monitoring_findings(spec: ClusterSpec) -> list[Finding]:
     """Kubernetes: Prometheus scrapes `gpufleet ops serve` only at `ops.alertWebhookUrl`
-    (`gpufleet.ops.monitoring_manifests.ops_serve_scrape_config`); a Slurm head node runs it locally."""
+    (`gpufleet.pool.kubernetes.monitoring_manifests.ops_serve_scrape_config`); a Slurm head node runs it locally."""
     if spec.pool.type == "kubernetes" and spec.ops.alert_webhook_url is None:
         return [warning("OPS_METRICS_NOT_SCRAPED", "gpufleet:ops.alertWebhookUrl",
                         "no address for `gpufleet ops serve`: Prometheus never scrapes its gpufleet_node_admitted "

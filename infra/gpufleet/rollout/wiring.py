@@ -165,7 +165,7 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
     with every batch."""
     from gpufleet.configure.executor import stack_executor
     from gpufleet.configure.extravars import LustreMount
-    from gpufleet.ops.monitoring_files import stack_monitoring_extravars
+    from gpufleet.monitoring.files import stack_monitoring_extravars
     from gpufleet.pool.slurm.files import write_slurm_config
 
     connection = connection_for(spec, outputs, project)
@@ -191,7 +191,7 @@ def head_node_extravars(spec: ClusterSpec, project: Project, stack: str, slurm_v
     from importlib.metadata import version
 
     from gpufleet.bom import resolve_bom_path
-    from gpufleet.ops.monitoring_files import OPS_SERVE
+    from gpufleet.monitoring.files import OPS_SERVE
     from gpufleet.project import project_file
 
     out: dict[str, Any] = {}

@@ -30,7 +30,7 @@ INSTANCE_TYPE = "aws:ec2/instance:Instance"
 
 def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict[str, dict[str, str]]:
     """slot -> {instance_id, private_ip} as the real program registers them under mocks, every batch up."""
-    from gpufleet.cloud.capture import capture_program
+    from gpufleet.program.capture import capture_program
 
     cap = capture_program(spec, stack=stack, target_batch=len(plan.batches))
     slots = {s.name for s in plan.nodes}

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.ops.monitoring_manifests import dcgm_exporter_counter_values
+from gpufleet.pool.kubernetes.monitoring_manifests import dcgm_exporter_counter_values
 from gpufleet.pool.kubernetes.manifests import GPU, INSTANCE_TYPE_LABEL, gate_tolerations
 
 KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/mpijob")
@@ -58,7 +58,7 @@ def efa_device_plugin_values(instance_type: str) -> dict[str, Any]:
 
 def dcgm_exporter_values(instance_type: str) -> dict[str, Any]:
     """The exporter reads gpufleet's counters file (the fields the monitoring rules need); gpufleet's
-    own ServiceMonitor (gpufleet.ops.monitoring_manifests) scrapes it, labelled by slot."""
+    own ServiceMonitor (gpufleet.pool.kubernetes.monitoring_manifests) scrapes it, labelled by slot."""
     return {"tolerations": gate_tolerations(), "affinity": _instance_affinity(instance_type),
             "serviceMonitor": {"enabled": False}, **dcgm_exporter_counter_values()}
 

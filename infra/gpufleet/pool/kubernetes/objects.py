@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 from gpufleet.bom import load_bom, resolve_bom_path
 from gpufleet.cloud.storage import Storage
 from gpufleet.configure.nccl_env import NcclEnv, nccl_env_for
-from gpufleet.ops.monitoring_k8s import Monitoring, MonitoringConfig, monitoring_config
+from gpufleet.pool.kubernetes.monitoring import Monitoring, MonitoringConfig, monitoring_config
 from gpufleet.plan.model import ClusterPlan, Topology
 from gpufleet.pool.kubernetes import chart_values as values
 from gpufleet.pool.kubernetes import manifests as m
@@ -93,7 +93,7 @@ class NodeAddons(pulumi.ComponentResource):
         self.releases = [
             _release(name, v.NVIDIA_DEVICE_PLUGIN, values.nvidia_device_plugin_values(instance_type), child),
             _release(name, v.EFA_DEVICE_PLUGIN, values.efa_device_plugin_values(instance_type), child),
-            # its pods mount the counters ConfigMap (gpufleet.ops.monitoring_k8s): it must exist first
+            # its pods mount the counters ConfigMap (gpufleet.pool.kubernetes.monitoring): it must exist first
             _release(name, v.DCGM_EXPORTER, values.dcgm_exporter_values(instance_type),
                      pulumi.ResourceOptions(parent=self, depends_on=[dcgm_counters])),
             _release(name, v.FSX_CSI_DRIVER, values.fsx_csi_values(), child),

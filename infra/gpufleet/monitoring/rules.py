@@ -27,8 +27,8 @@ from typing import Any
 from gpufleet.errors import GpufleetError
 from gpufleet.gates.verdict import Verdict
 from gpufleet.gates.xid import XID_RULES
-from gpufleet.ops import metrics as m
-from gpufleet.ops import monitoring_counters
+from gpufleet.monitoring import metrics as m
+from gpufleet.monitoring import counters as monitoring_counters
 from gpufleet.spec import OpsConfig
 
 QUARANTINE, PAGE = "quarantine", "page"
@@ -229,7 +229,7 @@ def rules_document(t: Thresholds, stack: str) -> dict[str, Any]:
     unexported = dcgm_metrics(doc) - monitoring_counters.deployed(t.dcgm_version).fields
     if unexported:
         raise GpufleetError(f"the rules read DCGM fields the exporter's counters file does not export: "
-                            f"{', '.join(sorted(unexported))} (add them to infra/gpufleet/ops/monitoring_counters.py)")
+                            f"{', '.join(sorted(unexported))} (add them to infra/gpufleet/monitoring/counters.py)")
     return doc
 
 

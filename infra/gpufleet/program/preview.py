@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from gpufleet import tagging as t
-from gpufleet.cloud.capture import Capture, capture_program
+from gpufleet.program.capture import Capture, capture_program
 from gpufleet.errors import GateFailed
 from gpufleet.spec import ClusterSpec
 from gpufleet.policies.evaluate import evaluate

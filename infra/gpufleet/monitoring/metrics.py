@@ -4,7 +4,7 @@ Why a file of its own: the names are facts about two exporters, checked once aga
 the rules, the counters file and the test's stub exporter all take them from here.
 
 DCGM exporter: a field is a metric only when the exporter's counters file lists it; the file
-gpufleet deploys is `gpufleet.ops.monitoring_counters.deployed_csv` (NVIDIA's defaults with these fields
+gpufleet deploys is `gpufleet.monitoring.counters.deployed_csv` (NVIDIA's defaults with these fields
 switched on). The clock-event field is DCGM_FI_DEV_CLOCKS_EVENT_REASONS (field 112;
 DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before DCGM 3.3, the BOM pins 4.x), an NVML clocks-event bitmask.
 

@@ -19,8 +19,8 @@ from gpufleet.bom import Bom, load_bom, resolve_bom_path
 from gpufleet.durable import write_atomic
 from gpufleet.errors import ConfigError
 from gpufleet.gates.settings import GateSettings
-from gpufleet.ops import monitoring_counters, scrape
-from gpufleet.ops.rules import Thresholds, rules_document
+from gpufleet.monitoring import counters as monitoring_counters, scrape
+from gpufleet.monitoring.rules import Thresholds, rules_document
 from gpufleet.project import Project
 from gpufleet.spec import ClusterSpec
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gpufleet.ops import metrics as m
-from gpufleet.ops.rules import NODE_LABEL
+from gpufleet.monitoring import metrics as m
+from gpufleet.monitoring.rules import NODE_LABEL
 
 RULE_FILE = "gpufleet-rules.yml"
 TARGETS_DIR = "targets"

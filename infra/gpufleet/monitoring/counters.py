@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.errors import ConfigError
-from gpufleet.ops import metrics as m
+from gpufleet.monitoring import metrics as m
 
 KINDS = ("gauge", "counter", "label")
 _FIELD = re.compile(r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")

@@ -21,7 +21,7 @@ from gpufleet.errors import UsageError
 def preview(stack: str, stacks_dir: Path | None, offline: bool, target_batch: int | None, as_json: bool) -> None:
     """Show the resources `pulumi up` would create and the policy verdicts. Exit 3 on a mandatory violation."""
     from gpufleet import spec as spec_mod
-    from gpufleet.cloud.preview import gate, render_text, run_preview
+    from gpufleet.program.preview import gate, render_text, run_preview
 
     if not offline:
         raise UsageError("only --offline is implemented here; a live preview is `pulumi preview --policy-pack policies`")

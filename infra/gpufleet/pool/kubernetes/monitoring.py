@@ -17,8 +17,8 @@ import pulumi_kubernetes as k8s
 
 from gpufleet.bom import Bom
 from gpufleet.gates.settings import GateSettings
-from gpufleet.ops import monitoring_manifests as mm
-from gpufleet.ops.rules import Thresholds, rules_document
+from gpufleet.pool.kubernetes import monitoring_manifests as mm
+from gpufleet.monitoring.rules import Thresholds, rules_document
 from gpufleet.pool.kubernetes.manifests import MANAGED_BY
 from gpufleet.spec import ClusterSpec, OpsConfig
 

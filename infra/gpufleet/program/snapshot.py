@@ -2,7 +2,7 @@
 
 A snapshot keeps, per registration, its type, name, parent type and the inputs that decide
 what gets built (mock ids are stable digests, so they are kept too). Updating is explicit:
-`python -m gpufleet.cloud.snapshot --update [STACK...]`; tests only compare.
+`python -m gpufleet.program.snapshot --update [STACK...]`; tests only compare.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cloud.capture import Capture, capture_program
+from gpufleet.program.capture import Capture, capture_program
 from gpufleet.spec import available_stacks
 
 SNAPSHOT_DIR = Path(__file__).resolve().parents[3] / "tests" / "infra" / "snapshots"  # this repository's test data

@@ -20,7 +20,7 @@ from pulumi.runtime import mocks as pmocks
 from pulumi.runtime import rpc, settings
 
 from gpufleet import tagging as t
-from gpufleet.cloud.program import Cluster, run_program
+from gpufleet.program.cluster import Cluster, run_program
 from gpufleet.cloud.staging import DEPLOYED_OUTPUT, LEGACY_IMAGES_OUTPUT
 from gpufleet.plan import build_plan
 from gpufleet.plan.model import ClusterPlan

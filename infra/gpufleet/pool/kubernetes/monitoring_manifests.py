@@ -27,10 +27,10 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from gpufleet.errors import ConfigError
-from gpufleet.ops import metrics as mx
-from gpufleet.ops import monitoring_counters
-from gpufleet.ops.rules import NODE_LABEL
-from gpufleet.ops.scrape import alertmanager_config, prometheus_rule
+from gpufleet.monitoring import metrics as mx
+from gpufleet.monitoring import counters as monitoring_counters
+from gpufleet.monitoring.rules import NODE_LABEL
+from gpufleet.monitoring.scrape import alertmanager_config, prometheus_rule
 from gpufleet.pool.kubernetes import versions as v
 from gpufleet.pool.kubernetes.manifests import MANAGED_BY, gate_tolerations
 from gpufleet.pool.kubernetes.nodes import SLOT_LABEL
