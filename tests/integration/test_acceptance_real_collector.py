@@ -118,3 +118,10 @@ def test_a_real_stack_is_wired_with_the_playbook_collector():
     assert isinstance(c, PlaybookAcceptanceCollector)
     assert c.directory == f"{spec.storage.mount_path.rstrip('/')}/gpufleet-acceptance"
     assert c.tools.provider == "efa" and c.checkpoint_bytes == int(spec.storage.checkpoint_tib * 2**40)
+
+
+def test_iperf3_runs_unpaced_unless_a_stream_rate_is_set():
+    _, unpaced = network_commands("10.0.0.9", NetworkTools())
+    _, paced = network_commands("10.0.0.9", NetworkTools(iperf3_stream_rate="250M"))
+    assert "-b" not in unpaced["iperf3"].split() and "-P 8 -J" in unpaced["iperf3"]
+    assert "iperf3 -c 10.0.0.9 -p 5201 -t 10 -P 8 -b 250M -J" in paced["iperf3"]

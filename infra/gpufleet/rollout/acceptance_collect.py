@@ -49,6 +49,9 @@ class NetworkTools:
     iperf3_port: int = 5201
     iperf3_seconds: int = 10
     iperf3_streams: int = 8  # EC2 caps one flow at 5-10 Gbit/s (infra/gpufleet/gates/acceptance.py)
+    # iperf3 -b per stream ("" = unpaced, what a real link's bandwidth check wants). A veth between
+    # namespaces on a busy host reorders an unpaced flow across CPUs and counts spurious retransmits.
+    iperf3_stream_rate: str = ""
     ping_count: int = 20
     ping_interval_s: float = 0.2
     fabric_iterations: int = 1000
@@ -72,8 +75,9 @@ def network_commands(address: str, tools: NetworkTools) -> tuple[dict[str, str],
     server = {"iperf3": shlex.join(["iperf3", "-s", "-1", "-p", str(tools.iperf3_port)]),
               "pingpong": shlex.join(["fi_pingpong", *fab, "-S", tools.fabric_sizes]),
               "rma_bw": shlex.join(["fi_rma_bw", *fab, "-o", "write"]) if tools.rma_bw else ""}
+    pace = ["-b", tools.iperf3_stream_rate] if tools.iperf3_stream_rate else []
     client = {"iperf3": retried(["iperf3", "-c", address, "-p", str(tools.iperf3_port), "-t", str(tools.iperf3_seconds),
-                                 "-P", str(tools.iperf3_streams), "-J"]),
+                                 "-P", str(tools.iperf3_streams), *pace, "-J"]),
               "ping": shlex.join(["ping", "-c", str(tools.ping_count), "-i", f"{tools.ping_interval_s:g}", address]),
               "pingpong": retried(["fi_pingpong", *fab, "-S", tools.fabric_sizes, address]),
               "rma_bw": retried(["fi_rma_bw", *fab, "-o", "write", address]) if tools.rma_bw else ""}
