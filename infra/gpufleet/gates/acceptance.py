@@ -20,15 +20,19 @@ Floors and where they come from:
 - Management RTT and loss: `mgmtRttMaxMs`/`mgmtLossMaxPercent`, gpufleet's judgement for one
   placement group (AWS publishes no per-type RTT).
 - EFA point to point: `fi_rma_bw` at the largest size against `efaBwMinShare` of one EFA card's
-  line rate (catalog `card_gbps`; one libfabric domain is one device); `fi_pingpong` usec/xfer
-  at the smallest size under `efaLatencyMaxUs` (no AWS source publishes an expected fi_pingpong
-  figure; captured efa_test.sh runs show 8-24 us, tests/fixtures/real/SOURCES.md).
+  line rate (catalog `card_gbps`; one libfabric domain is one device); `fi_pingpong` usec/xfer,
+  the least over the small sizes (<= 4 KiB), under `efaLatencyMaxUs` (no AWS source publishes an
+  expected fi_pingpong figure; captured efa_test.sh runs show 8-24 us, tests/fixtures/real/SOURCES.md).
+  The table's first row carries the one-off connection set-up (1-2 ms: the real efa_test.sh
+  capture reads 1362 us at 64 B, 10 iterations, then 17-20 us): it counts only when enough
+  iterations amortise that set-up; a table with no small row to judge is a retest, not a fault.
 - Training smoke: the loss falls to `smokeLossFactor` of its first value, every rank holds the
   same parameters, samples/s at least `smokeMinSamplesPerSecond` or the per-GPU floor below.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -37,6 +41,7 @@ from gpufleet.catalog import InstanceType
 from gpufleet.gates.bundle import Bundle
 from gpufleet.gates.launch import LaunchSpec
 from gpufleet.gates.parsers import fabtests, fio, iperf3, ping, train
+from gpufleet.gates.parsers.common import absent_command, missing_tool
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result, not_collected, worst
 from gpufleet.plan.model import StoragePlan
 from gpufleet.plan.storage import MB, TIB, client_mbs
@@ -83,6 +88,8 @@ def _fio(bundle: Bundle, check_id: str, name: str, expected: object) -> fio.FioR
     f = bundle.get(name)
     if not f.collected:
         return _missing(check_id, expected, name)
+    if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
+        return absent
     run = fio.parse_json(f.text)
     if run.problems or run.failed_jobs:
         why = "; ".join(run.problems) or ", ".join(f"{j.name}: error {j.error}" for j in run.failed_jobs)
@@ -234,6 +241,8 @@ def _tcp(bundle: Bundle, check_id: str, name: str, instance: InstanceType, cfg: 
     f = bundle.get(name)
     if not f.collected:
         return _missing(check_id, expected, name)
+    if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
+        return absent
     res = iperf3.parse_json(f.text)
     if res.error or res.received_bps is None:
         return _r(check_id, f"iperf3 failed: {res.error}", expected, Q, "mgmt-link-down", f"{name}: {res.error}")
@@ -252,6 +261,8 @@ def _ping(bundle: Bundle, check_id: str, name: str, cfg: AcceptanceConfig) -> Ch
     f = bundle.get(name)
     if not f.collected:
         return _missing(check_id, expected, name)
+    if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
+        return absent
     res = ping.parse_summary(f.text)
     if res.problems or res.loss_percent is None:
         return _r(check_id, "; ".join(res.problems), expected, Q, "mgmt-link-down", f"{name}: no ping statistics")
@@ -269,23 +280,71 @@ def _fab(bundle: Bundle, check_id: str, name: str, expected: str) -> fabtests.Fa
     f = bundle.get(name)
     if not f.collected:
         return _missing(check_id, expected, name)
+    if (absent := _absent(check_id, expected, f.text, f.exit_code, name)) is not None:
+        return absent
     res = fabtests.parse_table(f.text)
+    if res.problems:  # a table we cannot read says nothing about the link: collect again
+        why = "; ".join(res.problems)
+        return _r(check_id, f"unreadable: {why}"[:300], expected, R, "efa-test-unreadable",
+                  f"{name}: unreadable / tool failed: retest ({why})")
     if not res.rows:
         why = "; ".join(res.errors)
         return _r(check_id, f"no result: {why}", expected, Q, "efa-test-failed", f"{name}: {why}")
     return res
 
 
+def _absent(check_id: str, expected: str, text: str, exit_code: int | None, name: str) -> CheckResult | None:
+    """The file's tool is not installed (`fi_pingpong: command not found`): `tool-missing-<tool>`
+    and a retest once it is installed, never a verdict on the link."""
+    line = missing_tool(text, exit_code)
+    if line is None:
+        return None
+    tool = re.sub(r"[^A-Za-z0-9._-]", "-", absent_command(line) or name.rsplit(".", 1)[0].split("-", 1)[0])
+    return _r(check_id, f"tool missing: {line}", expected, R, f"tool-missing-{tool}",
+              f"{tool} is not installed or not on PATH ({line}); install it and collect again")
+
+
+# fi_pingpong sizes that measure latency rather than bandwidth, and how many iterations a row
+# needs: fewer than EFA_MIN_ITERATIONS say nothing; the table's first row also carries the
+# connection set-up (1-2 ms), which only EFA_SETUP_AMORTISED_ITERATIONS iterations dilute to
+# a couple of microseconds (fabtests' own default is 10k iterations below 64 KiB: size_to_count).
+EFA_LATENCY_MAX_BYTES = 4096
+EFA_MIN_ITERATIONS = 10
+EFA_SETUP_AMORTISED_ITERATIONS = 1000
+
+
+def efa_latency_rows(res: fabtests.FabResult) -> list[fabtests.FabRow]:
+    """The small-size rows that measure link latency: enough iterations, and not the first
+    row's connection set-up unless enough iterations amortise it."""
+    first = res.rows[0] if res.rows else None
+    out = []
+    for row in res.rows:
+        if row.bytes > EFA_LATENCY_MAX_BYTES or row.iterations is None or row.iterations < EFA_MIN_ITERATIONS:
+            continue
+        if row is first and row.iterations < EFA_SETUP_AMORTISED_ITERATIONS:
+            continue
+        out.append(row)
+    return out
+
+
 def _efa_latency(bundle: Bundle, check_id: str, name: str, cfg: AcceptanceConfig) -> CheckResult:
-    expected = f"<= {cfg.efa_latency_max_us:g} usec/xfer at the smallest size"
+    expected = (f"<= {cfg.efa_latency_max_us:g} usec/xfer, least over sizes <= {EFA_LATENCY_MAX_BYTES} B "
+                f"(>= {EFA_MIN_ITERATIONS} iterations)")
     res = _fab(bundle, check_id, name, expected)
     if isinstance(res, CheckResult):
         return res
-    row = res.smallest
-    assert row is not None
-    measured = f"{row.usec_per_xfer:g} usec/xfer at {row.bytes} B"
-    return _r(check_id, measured, expected, P if row.usec_per_xfer <= cfg.efa_latency_max_us else Q,
-              "efa-latency-high", f"EFA ping-pong {row.usec_per_xfer:g} us at {row.bytes} B")
+    rows = efa_latency_rows(res)
+    if not rows:
+        shown = ", ".join(f"{r.bytes} B x {r.iterations}" for r in res.rows if r.bytes <= EFA_LATENCY_MAX_BYTES)
+        return _r(check_id, f"too few iterations to judge: {shown or 'no row <= 4096 B'}", expected, R,
+                  "efa-latency-too-few-iterations",
+                  f"{name}: no small-size row with enough iterations to separate link latency from connection "
+                  f"set-up; rerun fi_pingpong with more iterations (retest)")
+    best = min(rows, key=lambda r: r.usec_per_xfer)
+    measured = f"{best.usec_per_xfer:g} usec/xfer at {best.bytes} B ({best.iterations} iterations)"
+    return _r(check_id, measured, expected, P if best.usec_per_xfer <= cfg.efa_latency_max_us else Q,
+              "efa-latency-high", f"EFA ping-pong {best.usec_per_xfer:g} us at {best.bytes} B, the least of "
+              f"{len(rows)} small-size row(s)")
 
 
 def _efa_bw(bundle: Bundle, check_id: str, name: str, instance: InstanceType, cfg: AcceptanceConfig) -> CheckResult:
