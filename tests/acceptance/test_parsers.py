@@ -73,7 +73,7 @@ def test_fabtests_rma_bw_table_with_name_column_and_rank_prefix():
             "0: write_1m 1m      1k      1000m   0.08s  12104.55     86.63       0.01\n")
     res = fabtests.parse_table(text)
     assert [(r.bytes, r.mb_per_s) for r in res.rows] == [(8192, 3932.16), (2**20, 12104.55)]
-    assert res.rows[0].iterations == 10240
+    assert res.rows[0].iterations == 10000  # cnt_str: "10k" is 10 x 1000 (fabtests common/shared.c)
 
 
 def test_fabtests_failure_lines():
