@@ -362,6 +362,24 @@ class Tenant(_Model):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")  # Slurm account, Kubernetes group gpufleet:<name>
     partitions: tuple[str, ...] = Field(min_length=1)
     members: tuple[str, ...] = ()  # Slurm users of the account (Kubernetes: the group's members, from IAM)
+    # Kubernetes: the team's own Kueue quota in units per partition (its ClusterQueue's nominal quota;
+    # what the teams leave of the partition's quota stays with the operators' queue). Unset: an even split.
+    quota_units: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("quota_units")
+    @classmethod
+    def _whole_units(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if n < 0}
+        if bad:
+            raise ValueError(f"a team's quotaUnits per partition are whole units, 0 or more, got {bad}")
+        return v
+
+    @model_validator(mode="after")
+    def _quota_in_own_partitions(self) -> "Tenant":
+        stray = sorted(set(self.quota_units) - set(self.partitions))
+        if stray:
+            raise ValueError(f"quotaUnits names partitions the team does not submit to: {stray}")
+        return self
 
 
 class OpsConfig(_Model):
