@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from gpufleet.ops import audit
 from gpufleet.ops.webhook import Decision, Notification, Page, decide
@@ -34,8 +34,10 @@ def page(pages: Sequence[Page], stack: str, command: Sequence[str]) -> None:
             log.error("PAGE command %s failed: %s", command[0], exc)
 
 
-def handle(note: Notification, stack: str, project: Any = None) -> Decision:
-    """Decide under the stack's lock and act; returns the decision (the HTTP answer reports it)."""
+def handle(note: Notification, stack: str, project: Any = None,
+           pager: Callable[[Sequence[Page], str, Sequence[str]], None] = page) -> Decision:
+    """Decide under the stack's lock and act; returns the decision (the HTTP answer reports it).
+    `pager`: `ops serve` hands pages to its own thread, so a page command never holds the lock."""
     from gpufleet.daytwo.context import open_day_two
 
     with open_day_two(stack, "ops serve", pool_only=True, project=project) as d:
@@ -50,5 +52,5 @@ def handle(note: Notification, stack: str, project: Any = None) -> Decision:
             log.warning("quarantined %s: %s", q.slot, q.reason)
         for i in decision.ignored:
             log.info("ignored alert %s for %s: %s", i.alertname, i.slot, i.why)
-        page(decision.page, stack, d.spec.ops.page_command)
+        pager(decision.page, stack, d.spec.ops.page_command)
     return decision
