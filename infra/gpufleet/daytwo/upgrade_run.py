@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from gpufleet import bom_record
 from gpufleet.bom import Bom, check_compatibility, load_bom, load_compat
 from gpufleet.daytwo.context import DayTwo
 from gpufleet.daytwo.gating import Verdicts, gate_nodes, launch_kind
@@ -35,7 +36,6 @@ from gpufleet.gates import versions as gate_versions
 from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.gates.settings import GateSettings
 from gpufleet.pool.protocol import Evicting, HasHolders, NodeState, PendingNode
-from gpufleet.durable import write_atomic
 from gpufleet.rollout.run_config import Adapters
 from gpufleet.ports import Executor, Instance
 
@@ -91,12 +91,9 @@ def executor_for(d: DayTwo, bom: Bom) -> Executor:
 
 
 def snapshot(d: DayTwo, bom_path: Path) -> tuple[Bom, str]:
-    """Keep a copy of a BOM by digest under `<state_dir>/upgrade/boms/`: what a rollback reinstalls."""
-    bom = load_bom(bom_path)
-    dest = d.state_dir / "upgrade" / "boms" / (bom.digest().removeprefix("sha256:") + ".yaml")
-    if not dest.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dest, bom_path.read_text(encoding="utf-8"))
+    """Keep a BOM on record by digest (`gpufleet.bom_record`): what a rollback reinstalls."""
+    bom, dest = bom_record.keep(d.state_dir, bom_path, applied_by=f"upgrade ({d.who})",
+                                image=d.spec.image.ami_id)
     return bom, str(dest.relative_to(d.state_dir))
 
 
@@ -167,16 +164,18 @@ class Upgrader:
         previous: dict[str, str] = {}
         given = load_bom(previous_bom) if previous_bom is not None else None
         for digest in sorted({current[s] for s in todo}):
-            kept = d.state_dir / "upgrade" / "boms" / (digest.removeprefix("sha256:") + ".yaml")
-            if kept.exists():
+            kept = bom_record.find(d.state_dir, digest)  # kept by the rollout or an earlier upgrade
+            if kept is not None:
                 previous[digest] = str(kept.relative_to(d.state_dir))
             elif digest == target.digest():  # an image-only change: the previous BOM is the target
                 previous[digest] = snapshot(d, target_path)[1]
             elif given is not None and given.digest() == digest:
                 previous[digest] = snapshot(d, Path(previous_bom))[1]  # type: ignore[arg-type]
             else:
-                raise UsageError(f"the BOM the pool runs now ({digest[:19]}) is not on record, so a failed group "
-                                 "could not be rolled back to it; no node was drained", field="--previous-bom",
+                raise UsageError(f"the BOM the pool runs now ({digest[:19]}) is not on record in "
+                                 f"{bom_record.record_path(d.state_dir, digest).parent} (a rollout keeps every BOM it "
+                                 "applies; this pool was built before that), so a failed group could not be rolled "
+                                 "back to it; no node was drained", field="--previous-bom",
                                  expected="the BOM the pool was rolled out with, e.g. `git show "
                                           "HEAD~1:images/bom.yaml > previous-bom.yaml`")
         groups = plan_groups(d.plan, todo, d.spec.upgrade)
