@@ -108,6 +108,8 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     from gpufleet.rollout.orchestrator import Orchestrator
     from gpufleet.rollout.wiring import gate_settings, options, wire
 
+    from gpufleet import bom_record  # the BOM on record by digest before any node is configured with it
+    bom_record.keep(state_dir, project.path(spec.image.bom), applied_by=f"rollout {stack}", image=spec.image.ami_id)
     wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     # the acceptance stages over the wiring's collectors (adopts pre-journal outcomes)
     hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
