@@ -139,11 +139,35 @@ def test_a_bom_breaking_the_compatibility_rules_is_refused_before_any_drain(flee
 
 
 def test_a_previous_bom_not_on_record_is_asked_for_before_any_drain(fleet):
+    """A pool rolled out before the rollout kept its BOMs: no copy on record, so --previous-bom is asked for."""
     retarget(fleet)
+    shutil.rmtree(state_dir(fleet) / "upgrade" / "boms")
     pool_before = pool_doc(fleet)
     out = upgrade(fleet)
-    assert out.exit_code == 2 and "--previous-bom" in out.output
+    assert out.exit_code == 2 and "--previous-bom" in out.output and "not on record" in out.output
     assert pool_doc(fleet) == pool_before
+
+
+def test_the_bom_edited_in_place_upgrades_and_rolls_back_on_the_rollouts_record(fleet):
+    """The user's flow: rollout, edit images/bom.yaml, `gpufleet upgrade` with no --previous-bom; a
+    seeded regression fails the canary, which goes back to the BOM the rollout kept."""
+    images = fleet / "images"  # the throwaway project links the repository's images/: edit a copy
+    shared = images.resolve()
+    images.unlink()
+    shutil.copytree(shared, images)
+    bom = images / "bom.yaml"
+    old_text = bom.read_text()
+    before = digests(fleet)
+    bom.write_text(old_text.replace('version: "2.27.5"', 'version: "2.27.7"').replace('    version: "1.16.0"',
+                                                                                     '    version: "1.16.3"'))
+    VersionFaults(state_dir(fleet) / "sim" / VERSION_FAULTS_FILE).set("nccl", "2.27.7", 0.93)
+    out = upgrade(fleet)
+    assert out.exit_code == 3, out.output
+    assert "canary group failed and was rolled back" in out.output
+    assert digests(fleet) == before
+    started = next(e for e in daytwo_events(fleet) if e.get("to") == "started")
+    (kept,) = started["previous"].values()
+    assert (state_dir(fleet) / kept).read_text() == old_text  # the exact text the rollout applied
 
 
 def test_rollback_returns_every_upgraded_group_to_the_previous_version(fleet):
