@@ -14,12 +14,17 @@ import fcntl
 import json
 import os
 import socket
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from gpufleet.errors import LockHeld
+
+
+BRIEF_HOLDERS = ("ops serve",)  # commands that hold the lock for milliseconds: waited for, not refused
+BRIEF_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class FileLock:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        brief_until = time.monotonic() + BRIEF_WAIT_S
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -95,6 +101,9 @@ class FileLock:
             except BlockingIOError:
                 holder = LockInfo.parse(_read_fd(fd))
                 os.close(fd)
+                if (holder is None or holder.command in BRIEF_HOLDERS) and time.monotonic() < brief_until:
+                    time.sleep(0.02)  # `ops serve` holds it per notification and pauses between them
+                    continue
                 who = holder.describe() if holder else "another process (its record is not written yet)"
                 raise LockHeld(f"{self.path}: the stack {self.info.stack} is locked by {who}, which is still "
                                "running") from None
