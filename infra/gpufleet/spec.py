@@ -476,7 +476,9 @@ class ConfigureConfig(_Model):
 SimFaultKind = Literal[
     "ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
     "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
-    "configure-failed", "image-missing",
+    "configure-failed", "image-missing", "fabric-unhealthy", "fabric-degraded-bandwidth", "fabric-in-progress",
+    "fabric-insufficient-resources", "output-unreadable", "xid-mig", "tool-missing", "nic-count-short", "plugin-beta",
+    "latent",
 ]
 SimSystemicFault = Literal["none", "nccl-socket-fallback", "driver-broken"]
 

@@ -22,9 +22,14 @@ from gpufleet.sim.cloud import captured_instances, program_cache_key
 from gpufleet.spec import ClusterSpec, load_stack_path
 
 REPO = Path(__file__).resolve().parents[2]
-ALL_KINDS = ("ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
-             "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
-             "configure-failed", "image-missing")
+GATED_KINDS = ("ecc-uncorrectable", "row-remap-failure", "row-remap-pending", "xid-79", "xid-48", "xid-64", "xid-74",
+               "xid-119", "nvlink-down", "efa-missing", "slow-nvlink", "bad-nic", "version-skew", "unreachable",
+               "configure-failed", "image-missing")
+# the field's quirks (issue 19): the gates' verdicts on them are measured by bench/bench_field.py
+QUIRK_KINDS = ("fabric-unhealthy", "fabric-degraded-bandwidth", "fabric-in-progress", "fabric-insufficient-resources",
+               "output-unreadable", "xid-mig", "tool-missing", "nic-count-short", "plugin-beta")
+LATENT_KINDS = ("latent",)
+ALL_KINDS = GATED_KINDS + QUIRK_KINDS + LATENT_KINDS
 WORKLOAD_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests@sha256:" + "5e" * 32  # image-missing needs a pinned image
 _programs: dict[str, dict] = {}
 

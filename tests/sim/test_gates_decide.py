@@ -15,7 +15,7 @@ from gpufleet.gates.verdict import Action
 from gpufleet.ports import HostStatus
 from gpufleet.sim import EFFECTS
 
-from .conftest import ALL_KINDS, make_spec
+from .conftest import GATED_KINDS, make_spec
 
 
 def gate(cloud, instances, dest: Path, previous=None):
@@ -29,7 +29,7 @@ def gate(cloud, instances, dest: Path, previous=None):
 
 @pytest.fixture
 def every_fault(cloud_for):
-    return cloud_for(make_spec(faults={k: 1 for k in ALL_KINDS}, badLinks=1))
+    return cloud_for(make_spec(faults={k: 1 for k in GATED_KINDS}, badLinks=1))
 
 
 def test_every_preflight_fault_is_caught_with_its_reason_codes(every_fault, tmp_path):
@@ -39,7 +39,7 @@ def test_every_preflight_fault_is_caught_with_its_reason_codes(every_fault, tmp_
     assert not prov.shortfall
     res, records = gate(cloud, list(prov.instances.values()), tmp_path / "b")
     truth = cloud.truth()
-    assert {t.fault for t in truth.faulty.values()} == set(ALL_KINDS)
+    assert {t.fault for t in truth.faulty.values()} == set(GATED_KINDS)
     for slot, rec in records.items():
         t = truth.faulty.get(slot)
         if t is None or t.effect.stage != "preflight":
@@ -69,7 +69,7 @@ def test_remediation_clears_what_the_research_says_and_nothing_else(every_fault,
     cloud = every_fault
     prov = cloud.provisioner.provision(len(cloud.plan.batches), cloud.plan.nodes)
     by_fault = {t.fault: s for s, t in cloud.truth().faulty.items()}
-    retest = [k for k, e in EFFECTS.items() if e.first_action == "retest"]
+    retest = [k for k, e in EFFECTS.items() if e.first_action == "retest" and k in GATED_KINDS]
     insts = [prov.instances[by_fault[k]] for k in retest]
     _, first = gate(cloud, insts, tmp_path / "first")
     # a GPU reset applies a pending row remap, but the GSP timeout's Xid stays in this boot's log

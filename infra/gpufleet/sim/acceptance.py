@@ -157,34 +157,88 @@ def ping_output(address: str, rtts_ms: Sequence[float | None]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fab_size(n: int) -> str:
-    for suffix, unit in (("g", 2**30), ("m", 2**20), ("k", 2**10)):
-        if n >= unit:
-            v = n / unit
-            return f"{v:.1f}{suffix}" if v < 10 and v != int(v) else f"{int(v)}{suffix}"
-    return str(n)
+def fab_size_str(size: int) -> str:
+    """fabtests' size_str (util/pingpong.c, fabtests/common/shared.c): binary magnitudes, one
+    truncated decimal below 10 (2,000,000 B is "1.9m", never a rounded "2.0m")."""
+    for mag, base in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size >= base:
+            break
+    else:
+        mag, base = "", 1
+    fraction = (size % base) * 10 // base if size // base < 10 else 0
+    return f"{size // base}.{fraction}{mag}" if fraction else f"{size // base}{mag}"
 
 
-def pingpong_output(latency_us: float, peak_mbs: float, iters: int = 1000) -> str:
-    """fi_pingpong's table (libfabric fabtests), sizes 64 B to 1 MiB."""
-    rows = ["bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec"]
-    for size in (64, 256, 1024, 4096, 65536, 2**20):
-        usec = latency_us + size / peak_mbs  # MB/s is bytes per microsecond
-        mbs = size / usec
-        total = 2 * size * iters
-        rows.append(f"{_fab_size(size):<8}{_fab_size(iters):<8}{'=' + _fab_size(iters):<9}{_fab_size(total):<12}"
-                    f"{usec * iters / 1e6:.2f}s{mbs:>11.2f}{usec:>11.2f}{1 / usec:>12.2f}")
+def fab_cnt_str(count: int) -> str:
+    """fabtests' cnt_str: decimal magnitudes, truncated ("1k" is 1000 and 1999)."""
+    for mag, base in (("b", 10**9), ("m", 10**6), ("k", 10**3)):
+        if count >= base:
+            return f"{count // base}{mag}"
+    return str(count)
+
+
+PINGPONG_DEFAULT_ITERS = 10  # util/pingpong.c: .iterations = 10 (the collector passes no -I)
+PINGPONG_MAX_MSG = (1 << 22) + (1 << 21)  # PP_MAX_DATA_MSG: the largest size `-S all` runs
+PINGPONG_SETUP_US = 1360.0  # the first row's one-off connection set-up (the real EFA capture: 1362.35 us at 64 B)
+
+
+def pingpong_sizes() -> list[int]:
+    """`fi_pingpong -S all`: 0, 1, then each power of two and the half-way size above it up to
+    PP_MAX_DATA_MSG (util/pingpong.c, generate_test_sizes)."""
+    sizes = [0, 1]
+    for i in range(1, 32):
+        p2 = 1 << i
+        if p2 > PINGPONG_MAX_MSG:
+            break
+        sizes.append(p2)
+        if p2 + p2 // 2 > PINGPONG_MAX_MSG:
+            break
+        sizes.append(p2 + p2 // 2)
+    return sizes
+
+
+def pingpong_output(latency_us: float, peak_mbs: float, iters: int = PINGPONG_DEFAULT_ITERS,
+                    sizes: Sequence[int] | None = None, setup_us: float = PINGPONG_SETUP_US) -> str:
+    """fi_pingpong's table as util/pingpong.c show_perf prints it (libfabric main, ofiwg/libfabric):
+    header `%-8s%-8s%-9s%-8s%8s %10s%13s%13s`, rows `%-8s%-8s=%-8s%-8s%8.2fs%10.2f%11.2f%11.2f`;
+    bytes = sent x size x 2 (ping and pong), time the elapsed seconds of all of them, usec/xfer
+    elapsed / sent / 2. The first size carries the connection set-up, as on the real EFA capture
+    (tests/fixtures/real/fi_pingpong_efa_test_sh__aws_cdi_sdk_install_guide.txt: 1362 us at 64 B,
+    17-20 us after)."""
+    rows = [f"{'bytes':<8}{'#sent':<8}{'#ack':<9}{'total':<8}{'time':>8} {'MB/sec':>10}{'usec/xfer':>13}"
+            f"{'Mxfers/sec':>13}"]
+    for k, size in enumerate(sizes if sizes is not None else pingpong_sizes()):
+        usec = latency_us + size / peak_mbs + (setup_us if k == 0 else 0.0)  # MB/s = bytes per us
+        elapsed_us = int(usec * iters * 2)
+        total = iters * size * 2
+        rows.append(f"{fab_size_str(size):<8}{fab_cnt_str(iters):<8}={fab_cnt_str(iters):<8}{fab_size_str(total):<8}"
+                    f"{elapsed_us / 1e6:8.2f}s{total / elapsed_us:10.2f}{elapsed_us / iters / 2:11.2f}"
+                    f"{iters * 2 / elapsed_us:11.2f}")
     return "\n".join(rows) + "\n"
 
 
-def rma_bw_output(peak_mbs: float, iters: int = 1000) -> str:
-    """fi_rma_bw's table (name column first), write sizes 8 KiB to 1 MiB."""
-    rows = ["name         bytes   iters   total   time     MB/sec    usec/xfer   Mxfers/sec"]
-    for size in (8192, 65536, 2**20):
-        mbs = peak_mbs * size / (size + 4096)
-        usec = size / mbs
-        rows.append(f"{'write_' + _fab_size(size):<13}{_fab_size(size):<8}{_fab_size(iters):<8}"
-                    f"{_fab_size(size * iters):<8}{usec * iters / 1e6:.2f}s{mbs:>10.2f}{usec:>11.2f}{1 / usec:>12.2f}")
+RMA_BW_SIZES = (64, 256, 1024, 4096, 65536, 1 << 20)  # FT_DEFAULT_SIZE entries of def_test_sizes (shared.c)
+
+
+def rma_iterations(size: int) -> int:
+    """fabtests/common/shared.c size_to_count with FT_OPT_BW (a bandwidth test)."""
+    return 200 if size >= 1 << 20 else 2000 if size >= 1 << 16 else 20000
+
+
+def rma_bw_output(peak_mbs: float, latency_us: float = 15.0) -> str:
+    """fi_rma_bw -o write's table. NO REAL CAPTURE exists in tests/fixtures/real (SOURCES.md); the
+    format follows fabtests/common/shared.c show_perf (libfabric main): header
+    `%-8s%-8s%-8s%8s %10s%13s%13s`, rows `%-8s%-8s%-8s%8.2fs%10.2f%11.2f%11.2f`, one transfer per
+    iteration (benchmark_shared.c bandwidth_rma), the default sizes and their iteration counts.
+    A window of transfers is in flight, so latency is paid once per window of 64, not per write."""
+    rows = [f"{'bytes':<8}{'iters':<8}{'total':<8}{'time':>8} {'MB/sec':>10}{'usec/xfer':>13}{'Mxfers/sec':>13}"]
+    for size in RMA_BW_SIZES:
+        iters = rma_iterations(size)
+        usec = size / peak_mbs + latency_us / 64
+        elapsed_us = max(1, int(usec * iters))
+        total = iters * size
+        rows.append(f"{fab_size_str(size):<8}{fab_cnt_str(iters):<8}{fab_size_str(total):<8}{elapsed_us / 1e6:8.2f}s"
+                    f"{total / elapsed_us:10.2f}{elapsed_us / iters:11.2f}{iters / elapsed_us:11.2f}")
     return "\n".join(rows) + "\n"
 
 
@@ -247,7 +301,7 @@ class SimAcceptanceCollector:
                 f = A.pair_files(a, b)
                 commands.update({f["iperf3"]: f"iperf3 -c {addresses[b]} -t 10 -P 8 -J",
                                  f["ping"]: f"ping -c 20 -i 0.2 {addresses[b]}",
-                                 f["pingpong"]: f"fi_pingpong -p efa -e rdm -I 1000 {addresses[b]}",
+                                 f["pingpong"]: f"fi_pingpong -p efa -e rdm -S all {addresses[b]}",
                                  f["rma_bw"]: f"fi_rma_bw -p efa -e rdm -o write {addresses[b]}"})
         elif stage == "smoke":
             hosts = [n for n in nodes for _ in range(self.instance.gpus)]

@@ -19,7 +19,7 @@ from gpufleet.errors import ConfigError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.spec import SimulatorConfig
 
-Stage = Literal["configure", "preflight", "multinode"]
+Stage = Literal["configure", "preflight", "multinode", "latent"]
 Remedy = Literal["reset-gpu", "reboot"]
 Final = Literal["admitted", "quarantined", "unreachable", "configure-failed"]
 
@@ -46,6 +46,8 @@ class FaultEffect:
 def _e(kind: str, stage: Stage, codes: tuple[str, ...], first: str, clears: Remedy | None, why: str) -> FaultEffect:
     if stage == "configure":
         final: Final = "unreachable" if kind == "unreachable" else "configure-failed"
+    elif stage == "latent":
+        final = "admitted"  # nothing a preflight runs can see it: it enters the pool (counted apart)
     elif first == "retest" and clears is not None:
         final = "admitted"
     else:
@@ -83,7 +85,32 @@ EFFECTS: dict[str, FaultEffect] = {e.kind: e for e in (
        "pulls nothing, so the retest fails again"),
     _e("unreachable", "configure", (), "none", None, "SSH/SSM never answers: the host is UNREACHABLE"),
     _e("configure-failed", "configure", (), "none", None, "a site.yml task fails on this host"),
+    # --- the field's quirks (issue 19): what real nodes print that a clean simulator never did
+    _e("fabric-unhealthy", "preflight", ("fabric-health-summary",), "quarantine", None,
+       "driver 570+: Fabric > Health > Summary Unhealthy on one GPU, registration Completed/Success beside it"),
+    _e("fabric-degraded-bandwidth", "preflight", ("fabric-health-bandwidth",), "quarantine", None,
+       "driver 570+: Fabric > Health > Bandwidth Degraded (NVLinks to the NVSwitches lost), Summary still Healthy"),
+    _e("fabric-in-progress", "preflight", ("fabric-not-ready",), "retest", "reboot",
+       "fabric registration In Progress at collection time; a reboot restarts the fabric manager, which registers"),
+    _e("fabric-insufficient-resources", "preflight", ("fabric-not-ready",), "retest", None,
+       "registration Completed with Status Insufficient Resources (nvml FABRIC_STATUS): the NVSwitch side refuses "
+       "the GPU again after a reboot"),
+    _e("output-unreadable", "preflight", ("unreadable-nvidia-smi-q",), "retest", "reset-gpu",
+       "nvidia-smi -q cut off mid-document (a collector timeout): unreadable, retest; the next collection is whole"),
+    _e("xid-mig", "preflight", ("xid-48",), "quarantine", None,
+       "a double-bit ECC Xid in the MIG form `Xid (PCI:0000:xx:00 GPU-I:05): 48` (GPU instance named)"),
+    _e("tool-missing", "preflight", ("tool-missing-dcgmi",), "quarantine", None,
+       "dcgmi not installed on the image: `command not found`, exit 127; an image defect, not the GPUs'"),
+    _e("nic-count-short", "preflight", ("efa-count",), "quarantine", None,
+       "half the SKU's EFA devices: fi_info and NCCL's `found N nics` list 16 of a p5's 32"),
+    _e("plugin-beta", "preflight", ("version-aws_ofi_nccl",), "quarantine", None,
+       "aws-ofi-nccl 1.16.0-beta against a BOM pin of 1.16.0: a pre-release is skew, not the pinned release"),
+    # --- invisible at admission: the field data's classes no preflight can see (counted apart)
+    _e("latent", "latent", (), "none", None,
+       "present on the node but invisible to every admission check (silent data corruption that needs a long "
+       "burn-in, a thermal interface that fails under days of load, a training-code bug, host maintenance)"),
 )}
+LATENT = frozenset(k for k, e in EFFECTS.items() if e.stage == "latent")
 
 SYSTEMIC_CODES = {"nccl-socket-fallback": ("efa-socket-fallback",), "driver-broken": ("nvidia-smi-failed",)}
 CONFIGURE_FAILED_TASK = "nvidia_driver : Install and hold the pinned driver stack"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Mapping
@@ -21,6 +21,7 @@ from gpufleet import catalog
 from gpufleet.gates import bundle as B
 from gpufleet.gates import synth
 from gpufleet.gates.image import image_runtime
+from gpufleet.sim.faults import LATENT
 
 SYNTH_HOST = "ip-10-0-0-1"  # the host name synth prints in kernel and NCCL lines
 SYNTH_IP = "10.0.0.1<"  # and its address in NCCL socket lines
@@ -113,8 +114,12 @@ PLACEHOLDER = "@@{}@@"  # stands for one node field in a manifest template; neve
 
 def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     """The bundle's files for this look, and the exit codes that differ from 0."""
+    if look.fault in LATENT:  # present, but nothing an admission check runs can see it
+        look = replace(look, fault=None)
     sku = catalog.get(look.instance_type)
     versions = dict(look.versions)
+    if look.fault == "plugin-beta":
+        versions["aws_ofi_nccl"] = versions["aws_ofi_nccl"] + "-beta"
     faults = set(SYNTH_FAULTS.get(look.fault or "", ()))
     if look.systemic == "nccl-socket-fallback":
         faults.add("socket_fallback")
@@ -134,6 +139,20 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     if "efa_missing" in faults:
         rc[B.FI_INFO] = 1
     files[B.SMI_Q] = _with_clock_counters(files[B.SMI_Q])
+    files[B.SMI_Q] = _with_real_header(files[B.SMI_Q], versions["nvidia_driver"])
+    files[B.SMI_Q] = _with_fabric_health(files[B.SMI_Q], sku.nvswitch, look.fault)
+    files[B.QUERY_GPU] = _fabric_cells(files[B.QUERY_GPU], look.fault)
+    files[B.FI_INFO] = _fi_info_for(files[B.FI_INFO], versions.get("libfabric") or "", sku.efa_interfaces,
+                                    look.fault == "nic-count-short")
+    files[B.NCCL_EFA_LOOPBACK] = _nccl_debug_real(files[B.NCCL_EFA_LOOPBACK], versions.get("libfabric") or "",
+                                                  sku.efa_interfaces, look.fault == "nic-count-short")
+    if look.fault == "xid-mig":
+        files[B.KERNEL_LOG] += _xid_mig_line(48)
+    if look.fault == "tool-missing":
+        files[B.DCGM_DIAG] = "bash: line 1: dcgmi: command not found\n"
+        rc[B.DCGM_DIAG] = 127
+    if look.fault == "output-unreadable":  # the collector's timeout cut -q off mid-document
+        files[B.SMI_Q] = files[B.SMI_Q][:len(files[B.SMI_Q]) // 3]
     xid = FAULT_XID.get(look.fault or "")
     if xid is not None:
         files[B.KERNEL_LOG] += _xid_line(xid)
@@ -144,6 +163,124 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     if look.systemic == "driver-broken":
         _driver_broken(files, rc, versions)
     return files, rc
+
+
+# CUDA version nvidia-smi prints beside each driver branch (the CUDA driver API it ships: the
+# real captures show 580 -> 13.0 and 590 -> 13.1; NVIDIA's CUDA toolkit release notes, table 3)
+DRIVER_CUDA = {"535": "12.2", "550": "12.4", "560": "12.6", "565": "12.7", "570": "12.8", "575": "12.9",
+               "580": "13.0", "590": "13.1"}
+
+
+def _with_real_header(text: str, driver: str) -> str:
+    """The `-q` header's CUDA Version follows the driver branch (synth prints 12.4 for any)."""
+    cuda = DRIVER_CUDA.get(driver.split(".")[0])
+    if cuda is None:
+        return text
+    return text.replace(f"{'CUDA Version':<55}: 12.4\n", f"{'CUDA Version':<55}: {cuda}\n", 1)
+
+
+# Fabric > Health as driver 570+ prints it (the rows of the real driver-580 capture,
+# tests/fixtures/real/nvidia_smi_q__h200_1gpu_vm_drv580__captured.txt; the values NVML's
+# nvmlGpuFabricInfoV_t health mask and summary take: Healthy/Unhealthy/Limited Capacity,
+# Bandwidth Full/Degraded, True/False, Incorrect Configuration None)
+HEALTHY_FABRIC = {"Summary": "Healthy", "Bandwidth": "Full", "Route Recovery in progress": "False",
+                  "Route Unhealthy": "False", "Access Timeout Recovery": "False", "Incorrect Configuration": "None"}
+FABRIC_FAULT_STATE = {"fabric-in-progress": ("In Progress", "N/A"),
+                      "fabric-insufficient-resources": ("Completed", "Insufficient Resources")}
+
+
+def _health(fault: str | None) -> dict[str, str]:
+    h = dict(HEALTHY_FABRIC)
+    if fault == "fabric-unhealthy":
+        h.update({"Summary": "Unhealthy", "Route Unhealthy": "True"})
+    elif fault == "fabric-degraded-bandwidth":
+        h.update({"Bandwidth": "Degraded"})
+    return h
+
+
+def _with_fabric_health(text: str, nvswitch: bool, fault: str | None) -> str:
+    """Each GPU's Fabric section with CliqueId, ClusterUUID and Health under State/Status; the
+    seeded fabric fault on the bad GPU only (HGX boards: one clique, the all-zero cluster UUID)."""
+    out, gpu = [], -1
+    for line in text.splitlines():
+        if line.startswith("GPU 00000000:"):
+            gpu += 1
+        stripped = line.strip()
+        bad = gpu == BAD_GPU
+        if stripped.startswith("State ") and out and out[-1].strip() == "Fabric" and bad and fault in FABRIC_FAULT_STATE:
+            line = line.split(":")[0] + ": " + FABRIC_FAULT_STATE[fault][0]
+        if stripped.startswith("Status ") and len(out) >= 2 and out[-2].strip() == "Fabric":
+            if bad and fault in FABRIC_FAULT_STATE:
+                line = line.split(":")[0] + ": " + FABRIC_FAULT_STATE[fault][1]
+            out.append(line)
+            pad = " " * 8
+            na = not nvswitch
+            out.append(f"{pad}{'CliqueId':<47}: {'N/A' if na else '0'}")
+            out.append(f"{pad}{'ClusterUUID':<47}: {'N/A' if na else '00000000-0000-0000-0000-000000000000'}")
+            out.append(f"{pad}Health")
+            for k, v in _health(fault if bad else None).items():
+                out.append(f"{pad}    {k:<43}: {'N/A' if na else v}")
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _fabric_cells(csv: str, fault: str | None) -> str:
+    """The bad GPU's fabric.* cells in the query CSV (whichever fabric columns the collector asks)."""
+    if fault not in FABRIC_FAULT_STATE and fault not in ("fabric-unhealthy", "fabric-degraded-bandwidth"):
+        return csv
+    lines = csv.splitlines()
+    header = [h.strip() for h in lines[0].split(",")]
+    want = {"fabric.state": FABRIC_FAULT_STATE.get(fault or "", ("Completed",))[0],
+            "fabric.status": FABRIC_FAULT_STATE.get(fault or "", ("", "Success"))[1]}
+    health = _health(fault)
+    want.update({"fabric.health.summary": health["Summary"], "fabric.health.bandwidth": health["Bandwidth"],
+                 "fabric.health.route_unhealthy": health["Route Unhealthy"]})
+    bus = f"{0x53 + 0x10 * BAD_GPU:02X}:00.0"
+    for i, line in enumerate(lines[1:], 1):
+        if bus in line:
+            cells = line.split(", ")
+            for name, value in want.items():
+                if name in header:
+                    cells[header.index(name)] = value
+            lines[i] = ", ".join(cells)
+    return "\n".join(lines) + "\n"
+
+
+def _fi_info_for(text: str, libfabric: str, efa: int, short: bool) -> str:
+    """`efa-direct` is a libfabric 2.x fabric (the EFA provider split it out in 2.0); 1.x lists
+    `efa` alone. A NIC-short node lists half its SKU's devices."""
+    if text.startswith("fi_getinfo"):
+        return text
+    blocks = text.strip("\n").split("\nprovider: ")
+    blocks = [b if b.startswith("provider: ") else "provider: " + b for b in blocks]
+    if not libfabric.split(".")[0].isdigit() or int(libfabric.split(".")[0]) < 2:
+        blocks = [b for b in blocks if "fabric: efa-direct" not in b]
+    if short:
+        keep = {f"rdmap{16 + d}s{27 + d}-rdm" for d in range(efa // 2)}
+        blocks = [b for b in blocks if any(f"domain: {k}" in b for k in keep)]
+    return "\n".join(blocks) + "\n"
+
+
+def _nccl_debug_real(text: str, libfabric: str, efa: int, short: bool) -> str:
+    """aws-ofi-nccl prints the libfabric version it loaded after its own (its init, nccl_net_ofi_init);
+    NCCL names the missing plugin without a trailing period (the real 2.28.9 capture)."""
+    out = []
+    for line in text.splitlines():
+        line = line.replace("Could not find: libnccl-net.so.", "Could not find: libnccl-net.so")
+        if short:
+            line = line.replace(f"(found {efa} nics)", f"(found {efa // 2} nics)")
+        out.append(line)
+        if "NET/OFI Initializing aws-ofi-nccl" in line and libfabric:
+            out.append(line.split(" NET/OFI ")[0] + f" NET/OFI Using Libfabric version {libfabric.split('amzn')[0]}")
+    return "\n".join(out) + "\n"
+
+
+def _xid_mig_line(xid: int) -> str:
+    """The MIG form of a kernel Xid line: the GPU instance is named after the PCI address."""
+    bus = 0x53 + 0x10 * BAD_GPU
+    return (f"2026-07-14T08:05:{xid % 60:02d}+0000 {SYNTH_HOST} kernel: NVRM: Xid (PCI:0000:{bus:02x}:00 GPU-I:05): "
+            f"{xid}, {XID_TEXT[xid]}\n")
 
 
 CLOCK_COUNTERS = ("    Clocks Event Reasons Counters\n" + "".join(
