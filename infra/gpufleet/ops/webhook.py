@@ -12,6 +12,12 @@ per partition makes the cap hold across notifications, processes and replicas: a
 node out of work only while the partition's out-of-work nodes stay within `max_quarantine_share`
 of it; every other alert pages a person instead.
 
+Why a floor for hardware-fatal alerts: `floor(share x size)` is 0 for every partition under
+1/share nodes (a 5-node debug partition at 10%), so a GPU whose memory failed would stay in service
+there, only paged. A hardware-fatal alert class (`HARDWARE_FATAL_ALERTS`, or an `xid` label in
+`HARDWARE_FATAL_XIDS`) may always take one node of a partition out of work; the share limit applies
+above that one. A storm of fatal alerts is still capped by the share (and stopped by the breaker).
+
 Resolved alerts never re-admit: a node goes back only through its gates (`gpufleet pool readmit`).
 """
 
@@ -27,6 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.monitoring.rules import ACTION_LABEL, NODE_LABEL, QUARANTINE
 from gpufleet.pool.protocol import NodeState, PoolState
+
+# The alert classes that mean the hardware failed, not that it needs a reset (monitoring/rules.py):
+# a fatal Xid (gates/xid.py's QUARANTINE bucket), uncorrectable ECC, a failed or exhausted row remap.
+HARDWARE_FATAL_ALERTS = frozenset({"GpuXidFatal", "GpuEccUncorrectable", "GpuRowRemapFailure", "GpuRowRemapExhausted"})
+# Xids a source that labels the code (`xid`) reports as hardware-fatal: 48 double-bit ECC, 74 NVLink,
+# 79 fallen off the bus, 95 uncontained ECC (NVIDIA Xid catalog, r590: restart or service, not a retry).
+HARDWARE_FATAL_XIDS = frozenset({"48", "74", "79", "95"})
+FATAL_FLOOR = 1  # nodes a partition may always give up to a hardware-fatal alert
 
 _TAINT_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 REASON_LIMIT = 200
@@ -105,8 +119,13 @@ def evidence(alert: Alert) -> dict[str, Any]:
             "fingerprint": alert.fingerprint, "generatorURL": alert.generatorURL}
 
 
-def budget(state: PoolState, share: float) -> dict[str, int]:
-    """Per partition, how many more nodes alerts may take out of work now (never below zero)."""
+def hardware_fatal(alert: Alert) -> bool:
+    """Whether the alert says the hardware failed (its class, or an Xid label naming a fatal code)."""
+    return (alert.labels.get("alertname") in HARDWARE_FATAL_ALERTS
+            or alert.labels.get("xid", "").strip() in HARDWARE_FATAL_XIDS)
+
+
+def _sizes(state: PoolState) -> tuple[Counter[str], Counter[str]]:
     size: Counter[str] = Counter()
     out: Counter[str] = Counter()
     for n in state.nodes.values():
@@ -114,13 +133,27 @@ def budget(state: PoolState, share: float) -> dict[str, int]:
         size[key] += 1
         if n.state in (NodeState.QUARANTINED, NodeState.BLACKLISTED):
             out[key] += 1
-    return {p: max(0, math.floor(share * size[p]) - out[p]) for p in size}
+    return size, out
+
+
+def allowance(size: int, share: float, fatal: bool) -> int:
+    """Nodes of a partition of `size` that alerts may hold out of work: the share, rounded down, and
+    for a hardware-fatal alert never fewer than `FATAL_FLOOR`."""
+    limit = math.floor(share * size)
+    return max(limit, min(FATAL_FLOOR, size)) if fatal else limit
+
+
+def budget(state: PoolState, share: float, fatal: bool = False) -> dict[str, int]:
+    """Per partition, how many more nodes alerts (hardware-fatal ones with `fatal`) may take out of
+    work now (never below zero)."""
+    size, out = _sizes(state)
+    return {p: max(0, allowance(size[p], share, fatal) - out[p]) for p in size}
 
 
 def decide(note: Notification, state: PoolState, share: float) -> Decision:
     """Quarantine, page or ignore each alert of one notification (see the module docstring)."""
     d = Decision()
-    left = budget(state, share)
+    size, out = _sizes(state)
     taken: set[str] = set()
     for alert in sorted(note.alerts, key=lambda a: (a.labels.get(NODE_LABEL, ""), a.labels.get("alertname", ""))):
         name = alert.labels.get("alertname", "unnamed")
@@ -141,11 +174,13 @@ def decide(note: Notification, state: PoolState, share: float) -> Decision:
                                      if slot not in taken else "already quarantined by this notification"))
             continue
         part = node.partition or "-"
-        if left.get(part, 0) <= 0:
-            d.page.append(Page(name, slot, f"partition {part} is at its alert budget ({share:.0%} out of work); "
-                                           "not quarantined", evidence(alert)))
+        fatal = hardware_fatal(alert)
+        if out[part] >= allowance(size[part], share, fatal):
+            floor = f", or {FATAL_FLOOR} for a hardware-fatal alert" if fatal else ""
+            d.page.append(Page(name, slot, f"partition {part} is at its alert budget ({share:.0%} out of work"
+                                           f"{floor}); not quarantined", evidence(alert)))
             continue
-        left[part] -= 1
+        out[part] += 1
         taken.add(slot)
         summary = alert.annotations.get("summary", "")
         d.quarantine.append(Quarantine(slot, reason_code(name), f"alert {name}: {summary}"[:REASON_LIMIT],
