@@ -5,39 +5,40 @@ into state, repaired, maybe in S3); the audit log is for people asking "who chan
 why", across every command, in one place (`gpufleet history`). Appending never fails an operation
 that already happened: an unwritable log is reported, the change stands.
 
-No secret ever appears: values under secret-like keys are replaced, and the values of secret-like
-environment variables (AWS keys, tokens, passwords) are masked wherever they would appear.
+Tamper-evident: each record carries the hash of the one before (`prev`) and its own (`hash`,
+an HMAC with the stack's audit key when it has one), so `gpufleet history --verify` names the
+first record an edit, a deletion or an insertion broke. No secret ever appears: every record goes
+through `gpufleet.masking.mask`, and the file is created 0600.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import hmac
 import json
 import os
-import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from gpufleet import masking
+
 FILE = "audit.jsonl"
-_SECRET_KEY = re.compile(r"secret|token|passw|credential|private.?key|access.?key|session", re.I)
-MASK = "[redacted]"
+MASK = masking.MASK
+GENESIS = "0" * 64
+KEY_ENV = "GPUFLEET_AUDIT_KEY"
+KEY_FILE = "secrets/audit.key"  # under the stack's state dir, 0600; the env variable wins
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """Values of the environment's secret-like variables (8+ characters: shorter ones are not masked)."""
-    return sorted({v for k, v in env.items() if _SECRET_KEY.search(k) and len(v) >= 8}, key=len, reverse=True)
+    return masking.secret_values(env)
 
 
 def scrub(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): MASK if _SECRET_KEY.search(str(k)) else scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [scrub(v, secrets) for v in value]
-    if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, MASK)
-        return value
-    return value
+    return masking.mask(value, secrets)
 
 
 def entry(*, stack: str, who: str, what: str, why: str, target: str | None = None,
@@ -49,18 +50,134 @@ def entry(*, stack: str, who: str, what: str, why: str, target: str | None = Non
     return scrub(raw, secret_values(env if env is not None else os.environ))
 
 
-def append(state_dir: Path, record: Mapping[str, Any]) -> Path:
-    """Append one line and fsync it (a crash keeps every record written before it)."""
+def canonical(record: Mapping[str, Any]) -> bytes:
+    """The bytes a record's hash covers: every field but `hash`, keys sorted, no spaces."""
+    return json.dumps({k: v for k, v in record.items() if k != "hash"}, sort_keys=True, separators=(",", ":"),
+                      default=str).encode()
+
+
+def seal(record: Mapping[str, Any], key: bytes | None) -> str:
+    """SHA-256 of the record (HMAC-SHA256 with the stack's audit key: then only a holder of the
+    key can rewrite the chain after an edit)."""
+    data = canonical(record)
+    return hmac.new(key, data, hashlib.sha256).hexdigest() if key else hashlib.sha256(data).hexdigest()
+
+
+def audit_key(state_dir: Path, env: Mapping[str, str] | None = None) -> bytes | None:
+    """The stack's audit key: $GPUFLEET_AUDIT_KEY, else `<state_dir>/secrets/audit.key`; none: hashed only."""
+    env = os.environ if env is None else env
+    if env.get(KEY_ENV):
+        return env[KEY_ENV].encode()
+    path = state_dir / KEY_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    masking.register(text)
+    return text.encode() or None
+
+
+def _last_line(fd: int) -> tuple[bytes, int]:
+    """(the last complete line, where the bytes after it start): a torn tail lies beyond that offset."""
+    tail, pos = b"", os.fstat(fd).st_size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        tail = os.pread(fd, pos - start, start) + tail
+        pos = start
+        last_nl = tail.rfind(b"\n")
+        if last_nl < 0:
+            continue
+        prev_nl = tail.rfind(b"\n", 0, last_nl)
+        if prev_nl >= 0 or pos == 0:
+            return tail[prev_nl + 1:last_nl], pos + last_nl + 1
+    return b"", 0
+
+
+def append(state_dir: Path, record: Mapping[str, Any], key: bytes | None = None) -> Path:
+    """Chain one record to the last (its `prev` is that record's `hash`), append it and fsync.
+
+    Under an flock of the file, so concurrent writers (the webhook's threads, a CLI command) chain
+    in one order. A torn last line (a crash mid-write) is cut and the cut is recorded in the next
+    record; a crash keeps every record written before it."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / FILE
-    line = json.dumps(record, sort_keys=True, default=str) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    key = key if key is not None else audit_key(state_dir)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, masking.PRIVATE_MODE)
     try:
-        os.write(fd, line.encode())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        last, end = _last_line(fd)
+        size = os.fstat(fd).st_size
+        rec = dict(record)
+        if end < size:
+            os.ftruncate(fd, end)
+            rec["repaired"] = f"cut a torn record of {size - end} bytes at offset {end}"
+        try:
+            prev = str(json.loads(last)["hash"]) if last else GENESIS
+        except (ValueError, KeyError, TypeError):
+            prev = hashlib.sha256(last).hexdigest()  # an unchained or damaged line: linked by its bytes
+        rec["prev"] = prev
+        rec["hash"] = seal(rec, key)
+        os.pwrite(fd, (json.dumps(rec, sort_keys=True, default=str) + "\n").encode(), end)
         os.fsync(fd)
     finally:
         os.close(fd)
     return path
+
+
+@dataclass(frozen=True)
+class Verdict:
+    records: int
+    signed: bool  # checked with the stack's key
+    broken_at: int | None = None  # 1-based line of the first record that does not verify
+    why: str = ""
+    legacy: int = 0  # records written before the chain (no hash), only ever at the start
+
+    @property
+    def ok(self) -> bool:
+        return self.broken_at is None
+
+
+def verify_lines(lines: list[bytes], key: bytes | None) -> Verdict:
+    """Walk the chain: each record's hash must match its content and its `prev` the record before.
+
+    An edit breaks the edited record's hash (or, rewritten without the key, the next one's link);
+    a deletion or an insertion breaks the link of the record after it; a garbage line breaks at
+    itself. The last record's removal is the one change a chain cannot see."""
+    prev, legacy, chained = GENESIS, 0, False
+    for n, raw in enumerate(lines, 1):
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            return Verdict(n - 1, key is not None, n, "not a JSON record", legacy)
+        if "hash" not in rec:
+            if chained:
+                return Verdict(n - 1, key is not None, n, "a record without a hash inside the chain", legacy)
+            legacy += 1
+            prev = hashlib.sha256(raw).hexdigest()
+            continue
+        chained = True
+        if not hmac.compare_digest(str(rec["hash"]), seal(rec, key)):
+            what = "its signature does not match its content" if key else "its hash does not match its content"
+            return Verdict(n - 1, key is not None, n, f"{what} (an edited record)", legacy)
+        if rec.get("prev") != prev:
+            return Verdict(n - 1, key is not None, n, "it does not follow the record before it "
+                                                      "(a record deleted or inserted before it)", legacy)
+        prev = str(rec["hash"])
+    return Verdict(len(lines), key is not None, legacy=legacy)
+
+
+def verify(state_dir: Path, key: bytes | None = None) -> Verdict:
+    """The stack's whole audit log (see `verify_lines`); a torn last line is a crash, not tampering."""
+    path = state_dir / FILE
+    data = path.read_bytes() if path.exists() else b""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        lines.pop()  # torn: never acknowledged, cut by the next append
+    return verify_lines(lines, key if key is not None else audit_key(state_dir))
 
 
 def record(state_dir: Path, stack: str, what: str, why: str, *, target: str | None = None,
