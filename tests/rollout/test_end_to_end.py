@@ -158,3 +158,22 @@ def test_a_live_holder_of_the_lock_stops_a_second_rollout(tmp_path):
         holder.kill()
         holder.wait()
     assert not (project / ".gpufleet" / "crash40" / "journal.jsonl").exists()
+
+
+def test_the_local_rollout_runs_batches_together_within_its_bound(local_run):
+    """Issue 21: after the canary the batches are in flight together, a replacement's launch is on
+    the clock like any launch, and the modelled time-to-pool is stated beside its bound."""
+    project, result = local_run
+    state = journal_state(project, "local")
+    spec = load_stack_path(load_project(project).stack_file("local"))
+    launch = spec.simulator.durations.provision_api + spec.simulator.durations.boot
+    replaced = {n.batch for n in state.nodes.values() if n.replacements}
+    assert replaced
+    for batch in replaced:  # every replace step of the batch: one modelled launch (a step replaces in parallel)
+        seconds = state.batches[batch].durations["late:replace"]
+        assert seconds >= launch and seconds % launch == 0, batch
+    t = json.loads((project / "reports" / "local" / "rollout.json").read_text())["timeline"]
+    assert t["window"]["batches"] > 1 and t["windowed_s"] <= 1.2 * t["lower_bound_s"]
+    assert t["lower_bound_s"] == max(t["bound_paths_s"], t["bound_fabric_s"]) and t["binds"] in ("a", "b")
+    assert t["windowed_s"] < t["pipelined_s"]  # the one-batch-at-a-time figure of the same run
+    assert "lower bound" in result.output and f"({t['binds']}) binds" in result.output

@@ -18,7 +18,7 @@ from gpufleet.reports.rollout_model import (AcceptanceLine, BatchLine, EarlierAt
 from gpufleet.reports.write import write_report
 from gpufleet.rollout.display import key_figures
 from gpufleet.rollout.state import ACCEPTANCE_STAGES, NodeStage, RolloutState, StageStatus
-from gpufleet.rollout.timeline import rollout_timeline
+from gpufleet.rollout.timeline import Window, rollout_timeline
 
 
 def acceptance_lines(state: RolloutState) -> list[AcceptanceLine]:
@@ -41,7 +41,9 @@ def acceptance_lines(state: RolloutState) -> list[AcceptanceLine]:
 
 
 def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, short: list[str],
-          wall_seconds: float | None = None, now: datetime | None = None) -> RolloutReport:
+          wall_seconds: float | None = None, now: datetime | None = None,
+          window: Window | None = None) -> RolloutReport:
+    """`window`: the concurrency budget the rollout ran under (None: one batch at a time)."""
     gpus = plan.topology.gpus_per_node
     admitted = {s for s, n in state.nodes.items() if n.stage is NodeStage.ADMITTED}
     partitions = []
@@ -72,7 +74,7 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
                                           blacklisted=n.blacklisted and last))
         for old, new in zip(instances, instances[1:], strict=False):
             replacements.append(Replacement(slot=slot, old_instance=old[1], new_instance=new[1]))
-    t = rollout_timeline(state, pipelining)
+    t = rollout_timeline(state, pipelining, window)
     status = ("halted" if state.halted else "short" if state.finished and short
               else "complete" if state.finished else "in-progress")
     links = [p for b in batches for p in b.link_faults]

@@ -10,8 +10,8 @@ rollout that ended short or halted fails its `target.<stack>` case even when eve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.reports.document import (Block, CaseStatus, Cell, Document, Paragraph, Section, Span, Status, SummaryItem,
@@ -78,6 +78,23 @@ def rollout_cases(report: RolloutReport, records: Sequence[AdmissionRecord]) -> 
     return cases
 
 
+def time_to_pool(t: Mapping[str, Any], sched: str) -> str:
+    """The modelled figure, the one-batch-at-a-time figures of the same durations, and the lower
+    bound with what it assumes and which of its two terms binds."""
+    if t.get("windowed_s") is None:
+        return (f"{duration(t[sched + '_s'])} ({sched}; sequential {duration(t['sequential_s'])}, "
+                f"pipelined {duration(t['pipelined_s'])}, lower bound {duration(t['lower_bound_s'])})")
+    w = t["window"]
+    fabric = "n/a: the fabric budget is a chosen setting" if t.get("bound_fabric_s") is None else \
+        duration(t["bound_fabric_s"])
+    return (f"{duration(t['windowed_s'])} with up to {w['batches']} batches in flight after the canary and "
+            f"{w['fabric_tests']} concurrent fabric tests ({t['windowed_s'] / t['lower_bound_s']:.2f}x the lower "
+            f"bound {duration(t['lower_bound_s'])}, bound ({t['binds']}) binds: (a) acceptance stages + the canary's "
+            f"path + the longest other batch's path = {duration(t['bound_paths_s'])}; (b) acceptance stages + the "
+            f"canary's path + every other batch's multi-node test time / {w['fabric_tests']} = {fabric}); "
+            f"one batch at a time: pipelined {duration(t['pipelined_s'])}, sequential {duration(t['sequential_s'])}")
+
+
 def _summary(r: RolloutReport) -> list[SummaryItem]:
     sched = "pipelined" if r.pipelining else "sequential"
     t = r.timeline
@@ -86,9 +103,7 @@ def _summary(r: RolloutReport) -> list[SummaryItem]:
                        tone=Tone.GOOD if r.admitted_nodes >= r.target_nodes else Tone.WARNING),
            SummaryItem(key="spares used", value=f"{number(r.spares_used)} of {number(r.spare_nodes)}; "
                                                 f"replacements: {number(len(r.replacements))}"),
-           SummaryItem(key="modelled time-to-pool",
-                       value=f"{duration(t[sched + '_s'])} ({sched}; sequential {duration(t['sequential_s'])}, "
-                             f"pipelined {duration(t['pipelined_s'])}, lower bound {duration(t['lower_bound_s'])})")]
+           SummaryItem(key="modelled time-to-pool", value=time_to_pool(t, sched))]
     statuses = {a.status for a in r.acceptance}
     if statuses:
         tone = (Tone.BAD if "failed" in statuses else Tone.GOOD if statuses <= {"passed", NOT_APPLICABLE}

@@ -82,6 +82,18 @@ class BatchStages:
         """The port's own duration when it gives one, else the clock's (virtual on the simulator)."""
         return reported if reported else max(0.0, (self.now() - started).total_seconds())
 
+    @staticmethod
+    def late(n: NodeState) -> bool:
+        """A node on its batch's late track: a replacement, or an instance on its retest.
+
+        Why apart: the batch's first pass (its cohort's gates and network tests) never waits for
+        these; they are gated on their own and paired with admitted nodes."""
+        return n.replacements > 0 or n.attempt > 1
+
+    def _track(self, todo: Sequence[NodeState]) -> dict[str, str]:
+        """The event key that puts a step's seconds on the late track (every node it worked is late)."""
+        return {"track": "late"} if todo and all(self.late(n) for n in todo) else {}
+
     def _decide_quarantine(self, k: int, failures: Mapping[str, tuple[str, str, dict | None]]) -> None:
         """Journal quarantine verdicts {slot: (code, reason, record)}; `apply_decisions` tells the pool."""
         event = events.quarantine_decided(k, failures)
@@ -154,8 +166,9 @@ class BatchStages:
             else:
                 inst = self.ports.provisioner.replace(self.slots[n.slot], self.options.replace_action)  # type: ignore[arg-type]
             new[n.slot] = {"instance_id": inst.instance_id, "private_ip": inst.private_ip, "replacement": True}
+        launch = getattr(self.ports.provisioner, "launch_duration_s", 0.0)  # a modelled launch (simulator)
         self.journal.append({"type": "nodes", "batch": k, "to": "provisioned", "stage": "replace",
-                             "duration_s": self._seconds(0.0, started), "nodes": new})
+                             "duration_s": self._seconds(launch, started), "track": "late", "nodes": new})
         return True
 
     def configure(self, k: int) -> bool:
@@ -185,7 +198,7 @@ class BatchStages:
         ok, failures = self._split(todo, result.hosts, "configure-failed")
         self._decide_quarantine(k, failures)
         self.journal.append({"type": "nodes", "batch": k, "to": "configured", "stage": "configure",
-                             "duration_s": seconds, "nodes": {s: {} for s in ok}})
+                             "duration_s": seconds, **self._track(todo), "nodes": {s: {} for s in ok}})
         return True
 
     @staticmethod
@@ -222,7 +235,8 @@ class BatchStages:
         self._decide_quarantine(k, failures)
         if ok:
             self.journal.append({"type": "nodes", "batch": k, "to": "preflight", "stage": "preflight",
-                                 "duration_s": seconds, "nodes": {s: {"bundle": str(rel / s)} for s in ok}})
+                                 "duration_s": seconds, **self._track(todo),
+                                 "nodes": {s: {"bundle": str(rel / s)} for s in ok}})
         return True
 
     def gate(self, k: int) -> bool:
@@ -251,7 +265,7 @@ class BatchStages:
                 raise ValueError(f"a bundle's manifest names slot {r.slot}, which is not gated here")
             r = self._stamp(r, n)
             results[r.slot] = events.node_result(n, r, passed="pass")
-        self.journal.append({"type": "gated", "batch": k, "stage": "gates", "nodes": results})
+        self.journal.append({"type": "gated", "batch": k, "stage": "gates", **self._track(todo), "nodes": results})
         self.remediate(k)
         return True
 
@@ -287,8 +301,14 @@ class BatchStages:
         return True
 
     def network(self, k: int) -> bool:
-        if self.at(k, S.PROVISIONED, S.CONFIGURING, S.CONFIGURED, S.PREFLIGHT, S.REPLACED) or any(
-                n.remediation is not None for n in self.nodes(k)):
+        """The multi-node baselines of the nodes that passed their gates.
+
+        The first pass waits for every first instance (one cohort, one round); a node on the late
+        track (a retest, a replacement) never holds it: it is measured in a later round, with the
+        nodes admitted by then as its partners."""
+        first = [n for n in self.nodes(k) if not self.late(n)]
+        if any(n.stage in (S.PROVISIONED, S.CONFIGURING, S.CONFIGURED, S.PREFLIGHT) or n.remediation is not None
+               for n in first):
             return False  # wait: those may still join this round of baselines
         todo = [n for n in self.at(k, S.BASELINE) if n.decision is None]
         if not todo:
@@ -304,6 +324,7 @@ class BatchStages:
             result = bl.run_network_gates(runner, [n.slot for n in todo], admitted)
             final, net = apply_isolation(records, result)
             event = events.network_measured(k, runner, net)
+        event.update(self._track(todo))
         by_slot = {n.slot: n for n in todo}
         # the network's figures and every node's verdict in one event (a partial re-run would
         # test a different set of nodes)

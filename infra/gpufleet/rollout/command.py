@@ -115,7 +115,7 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
     if retry_stage is not None:
         _retry(journal, retry_stage, stack)
-    opts = options(spec, until_batch, wiring.threaded)
+    opts = options(spec, until_batch, wiring.threaded, plan)
     orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
                         hooks=hooks)
     started = time.monotonic()
@@ -138,7 +138,7 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     wall = time.monotonic() - started
     records = _write_records(state_dir, outcome.state)
     rep = report.build(plan, outcome.state, stack, opts.pipelining, outcome.short if outcome.finished else [],
-                       wall_seconds=round(wall, 2))
+                       wall_seconds=round(wall, 2), window=opts.window)
     paths = report.write(rep, [AdmissionRecord.model_validate(r) for r in records], project.reports_dir(stack))
     audit.record(state_dir, stack, "rollout", outcome.halt_reason or f"until batch {until_batch or 'all'}",
                  simulated=spec.simulated, details={"admitted": len(records), "halted": outcome.halted,
@@ -199,9 +199,18 @@ def _summary(rep, modelled: bool) -> str:
     for a, b in rep.link_faults:
         lines.append(f"  link fault {a} <-> {b} (escalate; both nodes admitted)")
     kind = "modelled" if modelled else "measured stage"
-    lines.append(f"  time-to-pool ({kind}): {t['pipelined_s' if rep.pipelining else 'sequential_s']:.0f} s "
-                 f"(sequential {t['sequential_s']:.0f} s, pipelined {t['pipelined_s']:.0f} s, "
-                 f"lower bound {t['lower_bound_s']:.0f} s); wall {rep.wall_seconds:.1f} s")
+    if t.get("windowed_s") is not None:
+        w = t["window"]
+        fabric = "n/a" if t.get("bound_fabric_s") is None else f"{t['bound_fabric_s']:.0f} s"
+        lines.append(f"  time-to-pool ({kind}): {t['windowed_s']:.0f} s with up to {w['batches']} batches in flight "
+                     f"and {w['fabric_tests']} concurrent fabric tests; lower bound {t['lower_bound_s']:.0f} s "
+                     f"({t['windowed_s'] / t['lower_bound_s']:.2f}x; ({t['binds']}) binds: (a) paths "
+                     f"{t['bound_paths_s']:.0f} s, (b) fabric {fabric}); one batch at a time: pipelined "
+                     f"{t['pipelined_s']:.0f} s, sequential {t['sequential_s']:.0f} s; wall {rep.wall_seconds:.1f} s")
+    else:
+        lines.append(f"  time-to-pool ({kind}): {t['pipelined_s' if rep.pipelining else 'sequential_s']:.0f} s "
+                     f"(sequential {t['sequential_s']:.0f} s, pipelined {t['pipelined_s']:.0f} s, "
+                     f"lower bound {t['lower_bound_s']:.0f} s); wall {rep.wall_seconds:.1f} s")
     return "\n".join(lines)
 
 

@@ -106,7 +106,7 @@ class Orchestrator:
             return
         times = [BatchTimes.from_durations(n, b.durations) for n, b in sorted(self.state.batches.items())
                  if b.stage is not BatchStage.PENDING]
-        set_elapsed(elapsed(times, self.options.pipelining, StackStages.from_state(self.state)))
+        set_elapsed(elapsed(times, self.options.pipelining, StackStages.from_state(self.state), self.options.window))
 
     @property
     def state(self) -> RolloutState:
@@ -130,6 +130,9 @@ class Orchestrator:
                               expected="the layout the journal was started with, or --restart to archive it")
         try:
             self._recheck()
+            if self.options.window is not None:
+                self._run_windowed()
+                return self._finish()
             for b in self.plan.batches[:self.last_batch]:
                 if self.state.halted:
                     break
@@ -142,6 +145,9 @@ class Orchestrator:
         finally:
             self.stages.ahead.join()
             self.stages.ahead.shutdown()
+        return self._finish()
+
+    def _finish(self) -> Outcome:
         everything = self.last_batch == len(self.plan.batches)
         if everything and not self.state.halted and not self.state.finished and all(
                 self.state.batch(b.number).stage is BatchStage.PASSED for b in self.plan.batches):
@@ -218,8 +224,98 @@ class Orchestrator:
             self._settle(k)
         self.journal.append({"type": "batch", "batch": k, "to": "passed"})
 
-    def _halt_check(self, k: int) -> bool:
-        """The batch's first instances against its bar; halts (and journals why) when exceeded."""
+    # ------------------------------------------------------------------ batches in flight together
+
+    def _run_windowed(self) -> None:
+        """The canary alone (its bar decides), then up to `window.batches` batches in their first pass
+        at once; a batch's replacements run beside the others (its late track holds no window slot).
+
+        The failure-rate rule keeps its meaning: once any batch's first instances exceed the bar,
+        nothing more is bought (no batch started, no replacement), the batches in flight finish
+        their gates, and the rollout halts with the reason."""
+        window = self.options.window
+        assert window is not None
+        numbers = [b.number for b in self.plan.batches[:self.last_batch]]
+        if not numbers or self.state.halted:
+            return
+        canary = numbers[0]
+        stage = self.state.batch(canary).stage
+        if stage is BatchStage.PENDING and not self._hook_passes(canary):
+            return
+        if stage is not BatchStage.PASSED:
+            self._run_batch(canary)
+        if self.state.halted or self.state.batch(canary).stage is not BatchStage.PASSED:
+            return
+        rest = numbers[1:]
+        in_flight = [k for k in rest if self.state.batch(k).stage is BatchStage.RUNNING]
+        pending = [k for k in rest if self.state.batch(k).stage is BatchStage.PENDING]
+        first_done: set[int] = set()
+        halted: dict[int, str] = {}
+        while True:
+            while not halted and pending and len([k for k in in_flight if k not in first_done]) < window.batches:
+                if not self._hook_passes(pending[0]):
+                    return
+                k = pending.pop(0)
+                self.journal.append({"type": "batch", "batch": k, "to": "running"})
+                in_flight.append(k)
+            moved = False
+            for k in list(in_flight):
+                if self._step(k):
+                    moved = True
+                    continue
+                if k not in first_done:  # idle for the first time: its first instances are all decided
+                    first_done.add(k)
+                    reason = self._failure_reason(k)
+                    if reason is not None:
+                        halted[k] = reason
+                if halted:
+                    continue  # nothing more is bought; this batch has finished its gates
+                if self._replace_some(k):
+                    moved = True
+                    continue
+                self.journal.append({"type": "batch", "batch": k, "to": "passed"})
+                in_flight.remove(k)
+                moved = True
+            if moved:
+                continue
+            if halted:
+                first = min(halted)
+                for k in in_flight:
+                    self.journal.append(events.batch_halted(
+                        k, halted.get(k) or f"batch {first} halted the rollout; this batch's gates had finished"))
+                self.journal.append(events.rollout_halted(halted[first]))
+                return
+            if not pending:
+                return
+
+    def _step(self, k: int) -> bool:
+        """One pass of batch k's stages; whether any node moved."""
+        stages = self.stages
+        moved = stages.apply_decisions(k)
+        moved |= stages.provision(k)
+        moved |= stages.replace(k)
+        moved |= stages.configure(k)
+        moved |= stages.preflight(k)
+        moved |= stages.remediate(k)
+        moved |= stages.gate(k)
+        moved |= stages.network(k)
+        return moved
+
+    def _replace_some(self, k: int) -> bool:
+        """Journal replacements for batch k's quarantined slots, as far as the spares go."""
+        todo = [n for n in self.stages.nodes(k) if n.stage is S.QUARANTINED and not n.blacklisted]
+        if not todo:
+            return False
+        left = self.spares - self.state.spares_used
+        if left <= 0:
+            self.spares_exhausted = True
+            return False
+        self.journal.append({"type": "nodes", "batch": k, "to": "replaced", "stage": "replace",
+                             "nodes": {n.slot: {"old_instance": n.instance_id} for n in todo[:left]}})
+        return True
+
+    def _failure_reason(self, k: int) -> str | None:
+        """Why batch k's first instances exceed its bar, or None when they do not."""
         canary = self.plan.batches[k - 1].canary
         limit = self.options.max_failure_rate
         if canary and self.options.canary_max_failure_rate is not None:
@@ -228,15 +324,21 @@ class Orchestrator:
         failed = sorted(self.state.batch(k).first_failures)
         rate = len(failed) / len(nodes) if nodes else 0.0
         if rate <= limit:
-            return False
+            return None
         codes: dict[str, int] = {}
         for slot in failed:
             code = self.state.nodes[slot].reason_code or "unknown"
             codes[code] = codes.get(code, 0) + 1
         top = ", ".join(f"{c} x{n}" for c, n in sorted(codes.items(), key=lambda x: (-x[1], x[0])))
         what = "the canary" if canary else f"batch {k}"
-        reason = (f"{what} failed {len(failed)} of {len(nodes)} nodes ({rate:.0%} > {limit:.0%}): {top}; "
-                  "nothing further is provisioned")
+        return (f"{what} failed {len(failed)} of {len(nodes)} nodes ({rate:.0%} > {limit:.0%}): {top}; "
+                "nothing further is provisioned")
+
+    def _halt_check(self, k: int) -> bool:
+        """The batch's first instances against its bar; halts (and journals why) when exceeded."""
+        reason = self._failure_reason(k)
+        if reason is None:
+            return False
         self.stages.ahead.join()
         self.journal.append(events.batch_halted(k, reason))
         for other in sorted(self.state.batches):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from gpufleet.pool.protocol import Pool
 from gpufleet.ports import Clock, Executor, Provisioner
+from gpufleet.rollout.timeline import Window
 
 
 @dataclass
@@ -31,3 +32,5 @@ class Options:
     max_failure_rate: float = 0.1
     canary_max_failure_rate: float | None = None
     message_bytes: int = 16 * 2**30
+    # post-canary batches in flight together (gpufleet.plan.window); None: one batch at a time
+    window: Window | None = None

@@ -300,7 +300,13 @@ def _nodes(state: RolloutState, e: Mapping[str, Any]) -> None:
         _enter(state, n, to, data)
     if to is S.PREFLIGHT:
         state.batch(batch).preflight_rounds += 1
-    state.batch(batch).add_duration(e.get("stage", to.value), e.get("duration_s"))
+    state.batch(batch).add_duration(_track(e, e.get("stage", to.value)), e.get("duration_s"))
+
+
+def _track(e: Mapping[str, Any], stage: str) -> str:
+    """The duration key of a step: work on a batch's late track (retests, replacements: `"track":
+    "late"`) is kept apart, so the time model never puts it on the batch's first pass."""
+    return "late:" + stage if e.get("track") == "late" else stage
 
 
 def _enter(state: RolloutState, n: NodeState, to: NodeStage, data: Mapping[str, Any]) -> None:
@@ -372,7 +378,7 @@ def _retest(state: RolloutState, e: Mapping[str, Any]) -> None:
         n.decision, n.remediation = None, None
         n.stage = S.CONFIGURED
         n.history.append(("retest", n.instance_id, None))
-    state.batch(batch).add_duration("remediate", e.get("duration_s"))
+    state.batch(batch).add_duration("late:remediate", e.get("duration_s"))
 
 
 def _gated(state: RolloutState, e: Mapping[str, Any]) -> None:
@@ -399,24 +405,25 @@ def _gated(state: RolloutState, e: Mapping[str, Any]) -> None:
         else:
             raise IllegalTransition(f"{slot}: unknown gate result {result!r}")
     if passed:
-        _nodes(state, {"batch": batch, "to": S.BASELINE.value, "nodes": passed, "stage": e.get("stage", "gates")})
+        _nodes(state, {"batch": batch, "to": S.BASELINE.value, "nodes": passed, "stage": e.get("stage", "gates"),
+                       "track": e.get("track")})
     elif e.get("duration_s"):
-        state.batch(batch).add_duration(e.get("stage", "gates"), e.get("duration_s"))
+        state.batch(batch).add_duration(_track(e, e.get("stage", "gates")), e.get("duration_s"))
 
 
 def _network(state: RolloutState, e: Mapping[str, Any]) -> None:
     if e.get("nodes"):
-        _gated(state, {"batch": e["batch"], "nodes": e["nodes"], "stage": "baseline"})
+        _gated(state, {"batch": e["batch"], "nodes": e["nodes"], "stage": "baseline", "track": e.get("track")})
     b = state.batch(int(e["batch"]))
     b.link_faults.extend(tuple(p) for p in e.get("link_faults", ()))
     b.ring_faults.extend(tuple(g) for g in e.get("ring_faults", ()))
     for scale, runs in (e.get("scales") or {}).items():
         b.scales.setdefault(str(scale), []).extend(runs)
-    b.add_duration("baseline", e.get("duration_s"))
+    b.add_duration(_track(e, "baseline"), e.get("duration_s"))
 
 
 def _stage(state: RolloutState, e: Mapping[str, Any]) -> None:
-    state.batch(int(e["batch"])).add_duration(e["stage"], e.get("duration_s"))
+    state.batch(int(e["batch"])).add_duration(_track(e, e["stage"]), e.get("duration_s"))
 
 
 def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:

@@ -22,6 +22,7 @@ batch's path: no schedule beats it with one canary first.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -32,21 +33,33 @@ CONFIGURE = "configure"
 STORAGE, NETWORK, SMOKE = ACCEPTANCE_STAGES
 
 
+LATE = "late:"  # a duration key's prefix for work on the batch's own late track (retests, replacements)
+FABRIC = "baseline"  # the stage that runs multi-node tests over the fabric
+
+
 @dataclass(frozen=True)
 class BatchTimes:
     number: int
     provision: float
     configure: float
-    rest: float  # preflight, gates, remediation, baselines, replacements
+    rest: float  # preflight, gates, baselines of the first instances (remediation and replacements: `late`)
+    late: float = 0.0  # retests and replacements, on their own track after the batch's first pass
+    fabric: float = 0.0  # the part of `rest` spent in multi-node tests (held to the fabric budget)
 
     @property
     def path(self) -> float:
+        return self.provision + self.configure + self.rest + self.late
+
+    @property
+    def first_pass(self) -> float:
         return self.provision + self.configure + self.rest
 
     @classmethod
     def from_durations(cls, number: int, durations: Mapping[str, float]) -> "BatchTimes":
-        rest = sum(v for k, v in durations.items() if k not in (PROVISION, CONFIGURE))
-        return cls(number, durations.get(PROVISION, 0.0), durations.get(CONFIGURE, 0.0), rest)
+        late = sum(v for k, v in durations.items() if k.startswith(LATE))
+        rest = sum(v for k, v in durations.items() if k not in (PROVISION, CONFIGURE) and not k.startswith(LATE))
+        return cls(number, durations.get(PROVISION, 0.0), durations.get(CONFIGURE, 0.0), rest, late,
+                   durations.get(FABRIC, 0.0))
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,15 @@ class StackStages:
 
 
 @dataclass(frozen=True)
+class Window:
+    """The concurrency budget a windowed rollout ran under (gpufleet.plan.window.WindowBudget)."""
+
+    batches: int  # post-canary batches in flight at once
+    fabric_tests: int  # of them, multi-node tests at the same time
+    fabric_physical: bool = True  # the fabric figure is the derived limit, not a chosen setting
+
+
+@dataclass(frozen=True)
 class Timeline:
     sequential_s: float
     pipelined_s: float
@@ -80,12 +102,34 @@ class Timeline:
     batch_end_s: tuple[float, ...]  # per batch, under the schedule the stack uses
     # acceptance stage -> (start, end) under the schedule the stack uses; stages that took no time are left out
     acceptance_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    windowed_s: float | None = None  # batches in flight together (None: the rollout ran one batch at a time)
+    bound_paths_s: float = 0.0  # (a) acceptance + canary's path + the longest other batch's path
+    bound_fabric_s: float | None = None  # (b) acceptance + canary + the fabric's total test work / its budget
+    window: Window | None = None
+
+    @property
+    def modelled_s(self) -> float:
+        """The time-to-pool under the schedule the rollout used."""
+        return self.windowed_s if self.windowed_s is not None else self.pipelined_s
+
+    @property
+    def binds(self) -> str:
+        """Which bound is the larger: (a) the paths, (b) the fabric budget."""
+        return "b" if self.bound_fabric_s is not None and self.bound_fabric_s > self.bound_paths_s else "a"
 
     def to_dict(self) -> dict[str, object]:
-        return {"sequential_s": round(self.sequential_s, 1), "pipelined_s": round(self.pipelined_s, 1),
-                "lower_bound_s": round(self.lower_bound_s, 1),
-                "batch_end_s": [round(x, 1) for x in self.batch_end_s],
-                "acceptance_s": {k: [round(a, 1), round(b, 1)] for k, (a, b) in self.acceptance_s.items()}}
+        out: dict[str, object] = {
+            "sequential_s": round(self.sequential_s, 1), "pipelined_s": round(self.pipelined_s, 1),
+            "lower_bound_s": round(self.lower_bound_s, 1),
+            "batch_end_s": [round(x, 1) for x in self.batch_end_s],
+            "acceptance_s": {k: [round(a, 1), round(b, 1)] for k, (a, b) in self.acceptance_s.items()}}
+        if self.windowed_s is not None and self.window is not None:
+            out.update(windowed_s=round(self.windowed_s, 1), bound_paths_s=round(self.bound_paths_s, 1),
+                       bound_fabric_s=None if self.bound_fabric_s is None else round(self.bound_fabric_s, 1),
+                       binds=self.binds, window={"batches": self.window.batches,
+                                                 "fabric_tests": self.window.fabric_tests,
+                                                 "fabric_physical": self.window.fabric_physical})
+        return out
 
 
 @dataclass(frozen=True)
@@ -120,7 +164,7 @@ def _run(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages) -
         if i == 0:  # on the canary's configured hosts, before its gates
             configured = stage(NETWORK, configured, stages.network)
         prev_gate_start = configured
-        prev_end = configured + b.rest
+        prev_end = configured + b.rest + b.late  # one batch at a time: its late track blocks the next
         ends.append(prev_end)
         if i == 0:
             prev_end = stage(SMOKE, prev_end, stages.smoke)
@@ -129,18 +173,71 @@ def _run(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages) -
     return _Schedule(ends, spans)
 
 
-def elapsed(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> float:
+def _windowed(batches: Sequence[BatchTimes], stages: StackStages, window: Window) -> _Schedule:
+    """Post-canary batches in flight together: the canary alone (its path, its replacements, the
+    smoke job), then each batch starts as soon as fewer than `window.batches` others are in their
+    first pass; its multi-node tests wait for one of `window.fabric_tests` fabric slots; its late
+    track (retests, replacements) follows its first pass and holds neither a window nor a fabric slot.
+
+    Why the late track starts at the first pass's end: a replacement's node is known at the latest
+    there; starting it earlier would model a schedule the orchestrator does not promise."""
+    seq = _run(batches[:1], False, stages)
+    spans = dict(seq.stages)
+    ends = list(seq.batch_end)
+    t0 = seq.end
+    in_flight: list[float] = []  # first-pass ends of batches holding a window slot
+    fabric: list[float] = []  # ends of the multi-node tests holding a fabric slot
+    for b in batches[1:]:
+        start = t0
+        if len(in_flight) >= window.batches:
+            start = max(t0, heapq.heappop(in_flight))
+        ready = start + b.first_pass - b.fabric
+        if len(fabric) >= window.fabric_tests:
+            ready = max(ready, heapq.heappop(fabric))
+        first_end = ready + b.fabric
+        if b.fabric:
+            heapq.heappush(fabric, first_end)
+        heapq.heappush(in_flight, first_end)
+        ends.append(first_end + b.late)
+    return _Schedule(ends, spans)
+
+
+def elapsed(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages(),
+            window: Window | None = None) -> float:
     """The modelled time so far: the last batch's or acceptance stage's end."""
+    if window is not None:
+        return _windowed(batches, stages, window).end
     return _run(batches, pipelining, stages).end
 
 
-def timeline(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages()) -> Timeline:
+def bounds(batches: Sequence[BatchTimes], stages: StackStages, window: Window | None) -> tuple[float, float | None]:
+    """The lower bounds no schedule with one canary first beats: (a) the acceptance stages, the
+    canary's path and the longest other batch's path; (b) where the fabric budget is a physical
+    limit, the acceptance stages, the canary's path and every other batch's multi-node test time
+    divided by the tests the fabric takes at once (None where there is no such limit)."""
+    if not batches:
+        return stages.total, None
+    canary = stages.total + batches[0].path
+    paths = canary + max((b.path for b in batches[1:]), default=0.0)
+    if window is None or not window.fabric_physical:
+        return paths, None
+    return paths, canary + sum(b.fabric for b in batches[1:]) / window.fabric_tests
+
+
+def timeline(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages(),
+             window: Window | None = None) -> Timeline:
     seq = _run(batches, False, stages)
     pipe = _run(batches, True, stages)
-    lower = stages.total + ((batches[0].path + max((b.path for b in batches[1:]), default=0.0)) if batches else 0.0)
+    paths, fabric = bounds(batches, stages, window)
+    lower = max(paths, fabric or 0.0)
     used = pipe if pipelining else seq
+    win = _windowed(batches, stages, window) if window is not None else None
+    if win is not None:
+        used = win
     return Timeline(sequential_s=seq.end, pipelined_s=pipe.end, lower_bound_s=lower,
-                    batch_end_s=tuple(used.batch_end), acceptance_s=dict(used.stages))
+                    batch_end_s=tuple(used.batch_end), acceptance_s=dict(used.stages),
+                    windowed_s=None if win is None else win.end, bound_paths_s=paths, bound_fabric_s=fabric,
+                    window=window)
 
 
 def worked_batches(state: RolloutState) -> list[BatchTimes]:
@@ -148,6 +245,6 @@ def worked_batches(state: RolloutState) -> list[BatchTimes]:
     return [BatchTimes.from_durations(n, b.durations) for n, b in sorted(state.batches.items()) if b.durations]
 
 
-def rollout_timeline(state: RolloutState, pipelining: bool) -> Timeline:
+def rollout_timeline(state: RolloutState, pipelining: bool, window: Window | None = None) -> Timeline:
     """The journal's rollout as a timeline: its worked batches and its acceptance stages."""
-    return timeline(worked_batches(state), pipelining, StackStages.from_state(state))
+    return timeline(worked_batches(state), pipelining, StackStages.from_state(state), window)

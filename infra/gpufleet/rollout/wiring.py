@@ -23,9 +23,11 @@ from gpufleet.errors import ConfigError
 from gpufleet.gates import versions as gate_versions
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.plan.window import window_budget
 from gpufleet.project import Project
 from gpufleet.ports import Executor, HostOutcome, Instance, RemediateAction, StageResult, WallClock
 from gpufleet.rollout.run_config import Adapters, Options
+from gpufleet.rollout.timeline import Window
 from gpufleet.spec import ClusterSpec
 
 if TYPE_CHECKING:
@@ -57,9 +59,16 @@ def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
                                     workload_image=spec.acceptance.workload_image)
 
 
-def options(spec: ClusterSpec, until_batch: int | None, threaded: bool) -> Options:
+def options(spec: ClusterSpec, until_batch: int | None, threaded: bool, plan: ClusterPlan | None = None) -> Options:
+    """The run's options from the stack; with the plan, post-canary batches in flight together
+    within the plan's budget (gpufleet.plan.window) where the stack pipelines."""
     r = spec.rollout
-    return Options(until_batch=until_batch, pipelining=r.pipelining, threaded=threaded,
+    window = None
+    if plan is not None and r.pipelining:
+        budget = window_budget(plan)
+        window = Window(batches=budget.batches_in_flight, fabric_tests=budget.fabric_tests,
+                        fabric_physical=budget.fabric_is_physical)
+    return Options(until_batch=until_batch, pipelining=r.pipelining, threaded=threaded, window=window,
                    replace_action=r.replace_action, max_failure_rate=r.max_failure_rate,
                    canary_max_failure_rate=r.canary_max_failure_rate,
                    message_bytes=spec.gates.baseline_message_bytes)

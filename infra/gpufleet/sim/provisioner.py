@@ -66,6 +66,13 @@ class SimProvisioner:
         duration = d.provision_api + d.boot if launched else 0.0
         return ProvisionResult(instances=instances, shortfall=shortfall, duration_s=duration)
 
+    @property
+    def launch_duration_s(self) -> float:
+        """The modelled seconds of one replacement's launch: the same API call and boot as any launch
+        (the rollout reads it: a replacement's launch is on the clock like a batch's)."""
+        d = self.cloud.config.durations
+        return d.provision_api + d.boot
+
     def replace(self, slot: NodeSlot, action: ReplaceAction, *, instance_id: str | None = None) -> Instance:
         """Stop (and report) or terminate the slot's instance, launch a new one into the slot.
 
