@@ -31,3 +31,9 @@ def ensure_tool(name: str) -> str:
 @pytest.fixture(scope="session")
 def promtool() -> str:
     return ensure_tool("promtool")
+
+
+@pytest.fixture
+def serve_args() -> list[str]:
+    """Extra `ops serve` options for tests.ops.serving's `served`; a test module overrides it."""
+    return []

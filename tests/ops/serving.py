@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.daytwo.fleet import copy_project, rolled_out
+from tests.daytwo.fleet import copy_project, rolled_out, state_dir
 from tests.ops.alertmanager import notification
 
 STACK = "crash40"
@@ -34,12 +35,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Served:
-    def __init__(self, project: Path, port: int, proc: subprocess.Popen[str], log: Path) -> None:
-        self.project, self.url, self.proc, self.log = project, f"http://127.0.0.1:{port}", proc, log
+def write_token(project: Path) -> Path:
+    """The stack's webhook token, as `gpufleet ops token` writes it (0600, under the state dir)."""
+    path = state_dir(project) / "webhook.token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(secrets.token_urlsafe(32) + "\n")
+    path.chmod(0o600)
+    return path
 
-    def post(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        req = urllib.request.Request(self.url + "/", data=body, headers={"Content-Type": "application/json"})
+
+class Served:
+    def __init__(self, project: Path, port: int, proc: subprocess.Popen[str], log: Path, token: str) -> None:
+        self.project, self.url, self.proc, self.log = project, f"http://127.0.0.1:{port}", proc, log
+        self.token = token
+
+    def post(self, body: bytes, token: str | None = "") -> tuple[int, dict[str, Any]]:
+        """POST with the stack's token (`token=None`: without one; a string: that one)."""
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token or self.token}"
+        req = urllib.request.Request(self.url + "/", data=body, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status, json.loads(r.read())
@@ -52,15 +67,24 @@ class Served:
     def log_text(self) -> str:
         return self.log.read_text()
 
+    def wait_log(self, text: str, count: int = 1, timeout: float = 30) -> str:
+        """The log once it holds `text` `count` times (pages are sent by their own thread)."""
+        deadline = time.monotonic() + timeout
+        while (log := self.log_text()).count(text) < count:
+            assert time.monotonic() < deadline, f"{text!r} not logged {count} times:\n{log[-3000:]}"
+            time.sleep(0.1)
+        return log
+
 
 @pytest.fixture
-def served(fleet_base: Path, tmp_path: Path) -> Iterator[Served]:
+def served(fleet_base: Path, tmp_path: Path, serve_args: list[str]) -> Iterator[Served]:
     project = copy_project(fleet_base, tmp_path / "project")
+    token = write_token(project).read_text().strip()
     port, log = free_port(), tmp_path / "serve.log"
     env = dict(os.environ, GPUFLEET_ACTOR="ops-test")
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from gpufleet.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
-                                 "--listen", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT, text=True,
+                                 "--listen", f"127.0.0.1:{port}", *serve_args], stdout=out, stderr=subprocess.STDOUT, text=True,
                                 env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -74,7 +98,7 @@ def served(fleet_base: Path, tmp_path: Path) -> Iterator[Served]:
         proc.kill()
         pytest.fail("ops serve did not listen within 60 s: " + log.read_text())
     try:
-        yield Served(project, port, proc, log)
+        yield Served(project, port, proc, log, token)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

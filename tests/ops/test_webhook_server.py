@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,20 @@ def _nodes(project: Path) -> dict[str, dict[str, Any]]:
     return pool_doc(project)["nodes"]
 
 
-def _audit(project: Path) -> list[dict[str, Any]]:
-    """The entries after the fixture's rollout."""
+TRANSPORT = ("webhook accepted", "webhook refused")
+
+
+def all_audit(project: Path) -> list[dict[str, Any]]:
+    """Every entry after the fixture's rollout, the webhook's own calls included."""
     path = state_dir(project) / "audit.jsonl"
     entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     assert [e["what"] for e in entries[:1]] == ["rollout"]
     return entries[1:]
+
+
+def _audit(project: Path) -> list[dict[str, Any]]:
+    """The fleet-changing entries (and pages) after the rollout, without the webhook's call records."""
+    return [e for e in all_audit(project) if e["what"] not in TRANSPORT]
 
 
 def test_a_firing_node_alert_quarantines_with_the_alert_as_reason_journaled_and_audited(served: Served) -> None:
@@ -52,7 +61,9 @@ def test_forty_percent_of_a_partition_alerting_quarantines_at_most_the_share(ser
     quarantined = [s for s, n in _nodes(served.project).items() if n["state"] == "quarantined"]
     assert len(quarantined) == 4 == len(answer["quarantined"]) + len(second["quarantined"])
     assert len(answer["paged"]) + len(second["paged"]) == 12
-    assert served.log_text().count("PAGE stack=crash40") == 12
+    assert served.wait_log("PAGE stack=crash40", 12).count("PAGE stack=crash40") == 12
+    pages = [e for e in _audit(served.project) if e["what"] == "alert page"]
+    assert len(pages) == 12 and all(e["who"] == "alertmanager" and e["target"] for e in pages)
 
 
 def test_malformed_payloads_get_400_and_a_log_line_never_an_action(served: Served) -> None:
@@ -66,10 +77,13 @@ def test_malformed_payloads_get_400_and_a_log_line_never_an_action(served: Serve
     conn = http.client.HTTPConnection(served.url.removeprefix("http://"), timeout=30)
     conn.putrequest("POST", "/")
     conn.putheader("Content-Length", "lots")
+    conn.putheader("Authorization", f"Bearer {served.token}")
     conn.endheaders()
     assert conn.getresponse().status == 400
     conn.close()
     assert _nodes(served.project) == before and _audit(served.project) == []
+    refused = [e for e in all_audit(served.project) if e["what"] == "webhook refused"]
+    assert [e["details"]["status"] for e in refused] == [400] * 4
 
 
 def test_unknown_nodes_are_logged_and_ignored_and_resolved_alerts_never_readmit(served: Served) -> None:
@@ -91,16 +105,26 @@ def test_metrics_expose_admitted_and_busy_nodes(served: Served) -> None:
     assert f'gpufleet_node_busy{{node="{first}"}} 0' in text
 
 
-def test_a_locked_stack_answers_503_so_alertmanager_retries(served: Served) -> None:
+def test_a_locked_stack_queues_the_notification_and_applies_it_once_the_lock_is_free(served: Served) -> None:
+    """Was: 503 naming the holder. Now the worker retries under its backoff while the answer says
+    queued (2xx: Alertmanager does not resend), and the answer names no pid or host."""
+    import socket
+    import time
+
     from gpufleet.daytwo.context import open_day_two
     from gpufleet.project import find_project
 
     slot = sorted(_nodes(served.project))[2]
     with open_day_two("crash40", "another operation", pool_only=True, project=find_project(served.project)):
         code, answer = served.send(alert(slot))
-    assert code == 503 and "locked" in answer["error"]
-    assert _nodes(served.project)[slot]["state"] == "admitted"
-    assert served.send(alert(slot))[1]["quarantined"] == [slot]  # the retry, once the lock is free
+        assert code == 202 and answer["queued"] is True, answer
+        assert _nodes(served.project)[slot]["state"] == "admitted"
+    assert str(os.getpid()) not in json.dumps(answer) and socket.gethostname() not in json.dumps(answer)
+    deadline = time.monotonic() + 30
+    while _nodes(served.project)[slot]["state"] != "quarantined":
+        assert time.monotonic() < deadline, served.log_text()[-2000:]
+        time.sleep(0.2)
+    assert "not applied yet (LockHeld" in served.log_text()
 
 
 def test_pages_go_to_the_page_command_as_json(tmp_path: Path) -> None:

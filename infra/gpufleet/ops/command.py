@@ -87,40 +87,124 @@ def rules(stack: str, out: Path, alertmanager: str, gpufleet_target: str) -> Non
     click.echo(f"{out}: {n} alerts, {len(doc['groups'][0]['rules'])} recording rules ({', '.join(written)})")
 
 
+TOKEN_FILE = "webhook.token"  # under the stack's state dir; Alertmanager's copy is the role's
+
+
+def _token(token_file: Path | None, state_dir: Path, no_auth: bool) -> str | None:
+    from gpufleet import masking
+    from gpufleet.ops.server import read_token
+
+    if no_auth:
+        return None
+    path = token_file or state_dir / TOKEN_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: the webhook token cannot be read ({exc.strerror})", field="--token-file",
+                         expected="a token file (gpufleet ops token -s STACK writes one), or --no-auth on a "
+                                  "test bench") from None
+    token = read_token(text, str(path))
+    masking.register(token)
+    return token
+
+
+@ops.command()
+@stack_opt
+@click.option("--rotate", is_flag=True, help="Replace an existing token (then reconfigure Alertmanager).")
+def token(stack: str, rotate: bool) -> None:
+    """Write the webhook's bearer token (0600) to the stack's state dir; print its path, never it."""
+    import secrets
+
+    from gpufleet.durable import write_atomic
+
+    project, _ = _context(stack)
+    path = project.state_dir(stack) / TOKEN_FILE
+    if path.exists() and not rotate:
+        raise UsageError(f"{path} exists", field="--rotate", expected="--rotate to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, secrets.token_urlsafe(32) + "\n")  # mkstemp: created 0600
+    click.echo(str(path))
+
+
 @ops.command()
 @stack_opt
 @click.option("--listen", default="127.0.0.1:9797", show_default=True, help="host:port to listen on.")
-def serve(stack: str, listen: str) -> None:
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help=f"The bearer token Alertmanager sends (default: the stack's state dir/{TOKEN_FILE}).")
+@click.option("--no-auth", is_flag=True, help="Accept calls without a token (a closed test bench only).")
+@click.option("--rate", default=20.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Requests a second per caller (beyond the burst: 429).")
+@click.option("--burst", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--timeout", "read_timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.5),
+              help="Seconds a connection may take to send its request.")
+def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate: float, burst: int,
+          read_timeout: float) -> None:
     """Receive Alertmanager notifications: quarantine within the alert budget, page beyond it."""
-    from gpufleet.ops import actions, server
+    from gpufleet.ops import actions, audit, server
     from gpufleet.pool.factory import pool_for
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--listen {listen!r} is not host:port", field="--listen", expected="e.g. 127.0.0.1:9797")
     project, spec = _context(stack)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    state_dir = project.state_dir(stack)
+    settings = server.Settings(token=_token(token_file, state_dir, no_auth), rate=rate, burst=burst,
+                               read_timeout_s=read_timeout)
+    handler = logging.StreamHandler()
+    handler.setFormatter(server.SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     the_pool = pool_for(spec, project, stack)
-    httpd = server.serve(host, int(port), lambda note: actions.handle(note, stack, project).summary(), the_pool.state)
+
+    def audited(what: str, why: str, details: dict[str, Any]) -> None:
+        who = actions.ACTOR if what == "webhook accepted" else f"webhook caller {details.get('caller')}"
+        audit.record(state_dir, stack, what, why, who=who, details=details, warn=logging.getLogger("gpufleet.ops").warning)
+
+    def send_pages(pages: Any) -> None:
+        for p in pages:
+            audit.record(state_dir, stack, "alert page", p.why, target=p.slot, who=actions.ACTOR,
+                         details={"alertname": p.alertname, "evidence": p.evidence})
+        actions.page(pages, stack, spec.ops.page_command)
+
+    def failed(item: Any, exc: Exception) -> None:
+        audit.record(state_dir, stack, "alert not applied", str(exc), who=actions.ACTOR,
+                     details={"group": item.note.groupKey, "alerts": len(item.note.alerts), "caller": item.caller})
+
+    pager = server.Pager(send_pages)
+    httpd = server.serve(host, int(port), apply=lambda note: actions.handle(note, stack, project, pager=pager).summary(),
+                         pool_state=the_pool.state, settings=settings, audit=audited, on_failed=failed)
+    auth = "no authentication (--no-auth)" if settings.token is None else "bearer token required"
     click.echo(f"gpufleet ops serve: stack {stack} on http://{host}:{httpd.server_address[1]}/ "
-               f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition)", err=True)
+               f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition; {auth})", err=True)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         httpd.server_close()
+        pager.stop()
 
 
 @click.command()
 @stack_opt
 @click.option("--since", default=None, help="ISO date or time (UTC when no offset), e.g. 2026-11-30T12:00.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
-def history(stack: str, since: str | None, as_json: bool) -> None:
+@click.option("--verify", is_flag=True, help="Check the whole hash chain; a broken one names its first broken "
+                                            "record and exits 4.")
+def history(stack: str, since: str | None, as_json: bool, verify: bool) -> None:
     """Who changed the fleet, what, when and why (the stack's audit log)."""
+    from gpufleet.errors import DriftDetected
     from gpufleet.ops import audit
 
     project, _ = _context(stack)
+    if verify:
+        v = audit.verify(project.state_dir(stack))
+        how = "HMAC-signed with the stack's audit key" if v.signed else "hashed (no audit key: not signed)"
+        legacy = f", {v.legacy} unchained records from before the chain" if v.legacy else ""
+        if not v.ok:
+            raise DriftDetected(f"{project.state_dir(stack) / audit.FILE}: record {v.broken_at} breaks the chain: "
+                                f"{v.why}; the {v.records} records before it verify ({how}{legacy})")
+        click.echo(f"{project.state_dir(stack) / audit.FILE}: {v.records} records, the chain verifies ({how}{legacy})")
+        return
     when = None
     if since:
         try:

@@ -1,0 +1,50 @@
+"""The one masking function and the webhook's pure transport pieces (token check, rate limit, log
+escaping)."""
+
+from __future__ import annotations
+
+import logging
+
+from gpufleet import masking
+from gpufleet.ops.server import RateLimit, SafeFormatter, bearer_ok
+
+CANARY = "canary-5f1e0c7a-secret-value"
+
+
+def test_secret_keys_environment_values_and_registered_secrets_are_masked() -> None:
+    record = {"why": f"operator pasted {CANARY} here", "password": "hunter2-long", "api_token": 42,
+              "evidence": {"annotations": {"secretAccessKey": "x" * 20, "summary": "ok"}},
+              "list": [f"a {CANARY}"], "count": 3, "tokens": None, "session_reuse": False}
+    out = masking.mask(record, [CANARY])
+    assert CANARY not in repr(out)
+    assert out["password"] == out["api_token"] == out["evidence"]["annotations"]["secretAccessKey"] == masking.MASK
+    assert out["evidence"]["annotations"]["summary"] == "ok" and out["count"] == 3
+    assert out["tokens"] is None and out["session_reuse"] is False  # nothing there to hide
+    env = {"GPUFLEET_CANARY_TOKEN": CANARY, "HOME": "/home/someone-long"}
+    assert CANARY in masking.secret_values(env) and "/home/someone-long" not in masking.secret_values(env)
+    masking.register("registered-" + CANARY)
+    assert masking.mask("x registered-" + CANARY, None) == "x " + masking.MASK
+
+
+def test_control_characters_are_escaped_so_a_log_line_stays_one_line() -> None:
+    assert masking.escape_controls("GpuXid\n2026-12-01 INFO forged\r\x1b[31m") == \
+        "GpuXid\\x0a2026-12-01 INFO forged\\x0d\\x1b[31m"
+    rec = logging.LogRecord("gpufleet.ops", logging.ERROR, __file__, 1, "PAGE alert=%s", ("a\nb",), None)
+    assert "\n" not in SafeFormatter("%(message)s").format(rec)
+
+
+def test_the_bearer_token_is_required_and_compared_whole() -> None:
+    token = "t" * 43
+    assert bearer_ok(f"Bearer {token}", token) and bearer_ok(f"bearer {token}", token)
+    assert not bearer_ok(None, token) and not bearer_ok(f"Bearer {token[:-1]}", token)
+    assert not bearer_ok(f"Basic {token}", token) and not bearer_ok("Bearer ", token)
+    assert bearer_ok(None, None)  # --no-auth
+
+
+def test_the_rate_limit_is_per_caller_with_a_burst_and_refills() -> None:
+    now = [0.0]
+    limits = RateLimit(rate=2, burst=3, clock=lambda: now[0])
+    assert [limits.allow("a") for _ in range(4)] == [True, True, True, False]
+    assert limits.allow("b")  # another caller has its own bucket
+    now[0] += 0.5
+    assert limits.allow("a") and not limits.allow("a")
