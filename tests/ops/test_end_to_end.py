@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from gpufleet.cli import main
 from gpufleet.bom import load_bom
 from gpufleet.monitoring import counters as monitoring_counters, metrics, scrape
-from tests.daytwo.fleet import pool_doc
+from tests.daytwo.fleet import pool_doc, state_dir
 from tests.ops.conftest import ensure_tool
 from tests.ops.serving import STACK, Served, fleet_base, free_port, served  # noqa: F401 - fixtures
 
@@ -77,11 +77,12 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
-def test_a_fatal_xid_scraped_by_prometheus_ends_quarantined_through_alertmanager(
-        served: Served, stub_exporter: tuple[int, dict[str, str]], tmp_path: Path) -> None:
+def _chain(served: Served, stub_exporter: tuple[int, dict[str, str]], tmp_path: Path, slot: str,
+           credentials_file: str | None, until: Callable[[], bool]) -> float:
+    """Prometheus scraping the stub, Alertmanager posting to `served` (with the token read from
+    `credentials_file`, or none); returns the seconds until `until()` held."""
     prometheus, alertmanager = ensure_tool("prometheus"), ensure_tool("prometheus-alertmanager")
     ensure_tool("promtool")
-    slot = sorted(pool_doc(served.project)["nodes"])[3]
     stub_port, body = stub_exporter
     body["text"] = dcgm_exposition(slot, 79)
     out = tmp_path / "monitoring"
@@ -97,7 +98,7 @@ def test_a_fatal_xid_scraped_by_prometheus_ends_quarantined_through_alertmanager
     (out / scrape.TARGETS_DIR / f"{metrics.DCGM_JOB}.json").write_text(json.dumps(
         [{"targets": [f"127.0.0.1:{stub_port}"], "labels": {"node": slot}}]))
     (out / scrape.TARGETS_DIR / f"{metrics.NODE_JOB}.json").write_text("[]")
-    am = scrape.alertmanager_config(served.url + "/", group_wait_s=1)
+    am = scrape.alertmanager_config(served.url + "/", group_wait_s=1, credentials_file=credentials_file)
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(am))
     procs = [
         _start([alertmanager, f"--config.file={tmp_path / 'alertmanager.yml'}", f"--storage.path={tmp_path / 'am'}",
@@ -108,15 +109,12 @@ def test_a_fatal_xid_scraped_by_prometheus_ends_quarantined_through_alertmanager
     try:
         started = time.monotonic()
         while time.monotonic() - started < DEADLINE_S:
-            node = pool_doc(served.project)["nodes"][slot]
-            if node["state"] == "quarantined":
-                break
+            if until():
+                return time.monotonic() - started
             assert all(p.poll() is None for p in procs), (tmp_path / "prom.log").read_text()[-2000:] + \
                 (tmp_path / "am.log").read_text()[-2000:]
             time.sleep(0.5)
-        else:
-            pytest.fail(f"{slot} not quarantined within {DEADLINE_S} s\n" + served.log_text()[-3000:])
-        took = time.monotonic() - started
+        pytest.fail(f"not within {DEADLINE_S} s\n" + served.log_text()[-3000:] + (tmp_path / "am.log").read_text()[-2000:])
     finally:
         for p in procs:
             p.terminate()
@@ -125,7 +123,30 @@ def test_a_fatal_xid_scraped_by_prometheus_ends_quarantined_through_alertmanager
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-    assert node["reason_code"] == "GpuXidFatal"
+
+
+def _refused(served: Served) -> list[dict[str, Any]]:
+    lines = (state_dir(served.project) / "audit.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["what"] == "webhook refused"]
+
+
+def test_a_fatal_xid_scraped_by_prometheus_ends_quarantined_through_alertmanager_with_the_token(
+        served: Served, stub_exporter: tuple[int, dict[str, str]], tmp_path: Path) -> None:
+    slot = sorted(pool_doc(served.project)["nodes"])[3]
+    token_file = str(state_dir(served.project) / "webhook.token")  # Alertmanager reads the stack's token file
+    took = _chain(served, stub_exporter, tmp_path, slot, token_file,
+                  lambda: pool_doc(served.project)["nodes"][slot]["state"] != "admitted")
+    node = pool_doc(served.project)["nodes"][slot]
+    assert node["reason_code"] == "GpuXidFatal" and _refused(served) == []
     others = [n for s, n in pool_doc(served.project)["nodes"].items() if s != slot]
     assert all(n["state"] == "admitted" for n in others)
-    print(f"alert to quarantine through Prometheus and Alertmanager: {took:.1f} s")
+    print(f"alert to quarantine through Prometheus and Alertmanager, with the token: {took:.1f} s")
+
+
+def test_alertmanager_without_the_token_is_refused_and_nothing_happens(
+        served: Served, stub_exporter: tuple[int, dict[str, str]], tmp_path: Path) -> None:
+    slot = sorted(pool_doc(served.project)["nodes"])[3]
+    _chain(served, stub_exporter, tmp_path, slot, None, lambda: len(_refused(served)) >= 1)
+    refused = _refused(served)
+    assert refused[0]["details"]["status"] == 401 and refused[0]["details"]["path"] == "/"
+    assert all(n["state"] == "admitted" for n in pool_doc(served.project)["nodes"].values())

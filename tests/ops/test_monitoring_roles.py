@@ -51,8 +51,15 @@ def test_the_generated_files_are_the_reviewed_documents_and_the_extravars_name_t
     assert written[FILES["counters"]] == monitoring_counters.deployed_csv(bom.components.dcgm.version)
     route = yaml.safe_load(written[FILES["alertmanager"]])
     assert route["receivers"][0]["webhook_configs"][0]["url"] == "http://127.0.0.1:9797/"  # ops serve on the head
+    # Alertmanager sends the stack's bearer token, read from the file the role installs
+    assert route["receivers"][0]["webhook_configs"][0]["http_config"] == {
+        "authorization": {"type": "Bearer", "credentials_file": "/etc/alertmanager/gpufleet-webhook.token"}}
+    token = Path(ev["monitoring_server_webhook_token_file"])
+    assert token == tmp_path / "webhook.token" == Path(ev["ops_webhook_token_file"])
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text().strip()) >= 40
+    assert token.read_text().strip() not in "".join(written.values())
     defaults = {role: (REPO / f"playbooks/roles/{role}/defaults/main.yml").read_text()
-                for role in ("monitoring_exporters", "monitoring_server")}
+                for role in ("monitoring_exporters", "monitoring_server", "ops_webhook")}
     for key in ev:  # every extravar is one of the roles' documented inputs
         assert f"\n{key}:" in defaults[key.split("_")[0] + "_" + key.split("_")[1]], key
 

@@ -27,6 +27,8 @@ from gpufleet.spec import ClusterSpec
 ALERTMANAGER_PORT = 9093
 PROMETHEUS_PORT = 9090
 OPS_SERVE = "127.0.0.1:9797"  # `gpufleet ops serve` beside Prometheus on the head node
+ALERTMANAGER_TOKEN = "/etc/alertmanager/gpufleet-webhook.token"  # the role installs the stack's token here
+TOKEN_FILE = "webhook.token"  # the webhook's bearer token, under the stack's state dir (0600)
 FILES = {"counters": "dcgm-counters.csv", "prometheus": "prometheus.yml", "rules": scrape.RULE_FILE,
          "alertmanager": "alertmanager.yml"}
 
@@ -43,12 +45,23 @@ def documents(spec: ClusterSpec, t: Thresholds, stack: str) -> dict[str, str]:
         FILES["prometheus"]: _dump(scrape.prometheus_config(alertmanager=f"127.0.0.1:{ALERTMANAGER_PORT}",
                                                            gpufleet=OPS_SERVE)),
         FILES["rules"]: _dump(rules_document(t, stack)),
-        FILES["alertmanager"]: _dump(scrape.alertmanager_config(webhook)),
+        FILES["alertmanager"]: _dump(scrape.alertmanager_config(webhook, credentials_file=ALERTMANAGER_TOKEN)),
     }
 
 
+def ensure_token(path: Path) -> Path:
+    """The webhook's bearer token file, created (0600, 32 random bytes) when missing; never rotated here."""
+    import secrets
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, secrets.token_urlsafe(32) + "\n")  # mkstemp: 0600
+    return path
+
+
 def monitoring_extravars(spec: ClusterSpec, bom: Bom, t: Thresholds, stack: str, out_dir: Path) -> dict[str, Any]:
-    """Write the files under `out_dir` (atomically) and return the two roles' extravars."""
+    """Write the files under `out_dir` (atomically) and return the monitoring roles' extravars, with
+    the webhook token (beside `out_dir`) both Alertmanager and `ops serve` are given."""
     if bom.monitoring is None:
         raise ConfigError("the BOM pins no monitoring agents", field="monitoring",
                           expected="monitoring: {dcgm_exporter, node_exporter, prometheus, alertmanager}")
@@ -56,7 +69,10 @@ def monitoring_extravars(spec: ClusterSpec, bom: Bom, t: Thresholds, stack: str,
     for name, text in documents(spec, t, stack).items():
         write_atomic(out_dir / name, text)
     pins = bom.monitoring
+    token = ensure_token(out_dir.parent / TOKEN_FILE)
     return {
+        "monitoring_server_webhook_token_file": str(token),
+        "ops_webhook_token_file": str(token),
         "monitoring_exporters_dcgm_exporter_version": pins.dcgm_exporter,
         "monitoring_exporters_node_exporter_version": pins.node_exporter,
         "monitoring_exporters_counters_file": str(out_dir / FILES["counters"]),

@@ -35,12 +35,19 @@ def prometheus_config(*, alertmanager: str, gpufleet: str, scrape_interval_s: in
     }
 
 
-def alertmanager_config(webhook_url: str, *, group_wait_s: int = 10) -> dict[str, Any]:
-    """Alertmanager routes every gpufleet alert to `gpufleet ops serve`, one notification per node."""
+def alertmanager_config(webhook_url: str, *, group_wait_s: int = 10,
+                        credentials_file: str | None = None) -> dict[str, Any]:
+    """Alertmanager routes every gpufleet alert to `gpufleet ops serve`, one notification per node,
+    with the webhook's bearer token read from `credentials_file` (Alertmanager's own
+    `http_config.authorization`; the token never sits in the configuration). None: no token
+    (only for an `ops serve --no-auth` test bench)."""
+    hook: dict[str, Any] = {"url": webhook_url, "send_resolved": True}
+    if credentials_file is not None:
+        hook["http_config"] = {"authorization": {"type": "Bearer", "credentials_file": credentials_file}}
     return {
         "route": {"receiver": "gpufleet", "group_by": ["alertname", NODE_LABEL], "group_wait": f"{group_wait_s}s",
                   "group_interval": "1m", "repeat_interval": "4h"},
-        "receivers": [{"name": "gpufleet", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+        "receivers": [{"name": "gpufleet", "webhook_configs": [hook]}],
     }
 
 
