@@ -151,6 +151,9 @@ def parse_query_csv(text: str) -> QueryCsv:
     fields = tuple(_UNIT_IN_HEADER.sub("", h.strip()) for h in header)
     if not any("." in f or f in ("name", "count", "timestamp", "gpu_bus_id", "driver_version") for f in fields):
         return QueryCsv(problems=("no header line (was --format=csv,noheader used?)",))
+    odd = [f for f in fields if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", f)]
+    if odd:  # issue 19: a header that is not dotted field names (an XML document, garbage) is not this CSV
+        return QueryCsv(problems=(f"not a --query-gpu header: {', '.join(odd)[:120]}",))
     rows: list[dict[str, str | None]] = []
     problems: list[str] = []
     for i, raw in enumerate(reader):

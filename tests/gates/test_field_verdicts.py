@@ -78,3 +78,269 @@ def test_an_unreadable_count_is_a_parser_problem_and_a_retest():
 def test_a_missing_fi_pingpong_is_tool_missing_not_a_link_failure():
     r = _latency("bash: line 1: fi_pingpong: command not found\n")
     assert (r.verdict, r.reason_code) == (Verdict.REMEDIATE, "tool-missing-fi_pingpong")
+
+
+# --- shared: one p5 node's bundle from real captures --------------------------------------
+
+from gpufleet.gates import bundle as B  # noqa: E402
+from gpufleet.gates.checks import run_checks  # noqa: E402
+from gpufleet.gates.checks.evidence import NodeEvidence  # noqa: E402
+from gpufleet.gates.checks.fabric import check_fabric_manager  # noqa: E402
+from gpufleet.gates.checks.gpu import check_gpu_count  # noqa: E402
+from gpufleet.gates.checks.kernel_log import check_kernel_log  # noqa: E402
+from gpufleet.gates.checks.readable import check_readable  # noqa: E402
+from gpufleet.gates.parsers import kernel_log, nccl_tests, nvidia_smi  # noqa: E402
+from gpufleet.gates.settings import GateSettings  # noqa: E402
+from gpufleet.gates.verdict import node_outcome  # noqa: E402
+
+H100_Q = "nvidia_smi_q__h100_1gpu_drv590__nvidia_gpu_exporter_capture.txt"
+H200_Q_580 = "nvidia_smi_q__h200_1gpu_vm_drv580__captured.txt"
+H200_CSV = "nvidia_smi_query_gpu_gates_fields__h200_drv580__captured.csv"
+DMESG = "dmesg_xid_sxid_pcie_lines__imbue_doctests.log"
+P5S = GateSettings(instance_type="p5.48xlarge")
+P5EN = GateSettings(instance_type="p5en.48xlarge")
+
+
+def _ev(files: dict[str, str]) -> NodeEvidence:
+    return NodeEvidence(_bundle(files))
+
+
+def _codes(results) -> list[str | None]:
+    return [r.reason_code for r in results]
+
+
+# --- item 1: NVLink fabric health -----------------------------------------------------------
+
+def _health(q: str, **values: str) -> str:
+    """The real driver 590 H100 -q with its Fabric > Health lines set to `values` (N/A as captured)."""
+    labels = {"summary": "Summary", "bandwidth": "Bandwidth", "route_recovery": "Route Recovery in progress",
+              "route_unhealthy": "Route Unhealthy", "access_timeout": "Access Timeout Recovery",
+              "incorrect_configuration": "Incorrect Configuration"}
+    out = []
+    for line in q.splitlines():
+        for key, label in labels.items():
+            if line.strip().startswith(label + " ") and key in values:
+                line = line.split(":", 1)[0] + ": " + values[key]
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_real_h100_fabric_completed_with_health_na_passes_and_says_health_was_not_reported():
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: read_real(H100_Q)}), P5S)
+    assert all(r.verdict is Verdict.PASS for r in res), res
+    assert any("not reported" in r.message for r in res)
+
+
+@pytest.mark.parametrize("values,code,verdict", [
+    ({"summary": "Unhealthy", "route_unhealthy": "True"}, "fabric-route-unhealthy", Verdict.QUARANTINE),
+    ({"summary": "Limited Capacity", "bandwidth": "Degraded"}, "fabric-bandwidth-degraded", Verdict.QUARANTINE),
+    ({"summary": "Unhealthy", "route_recovery": "True"}, "fabric-route-recovery", Verdict.REMEDIATE),
+    ({"summary": "Unhealthy", "access_timeout": "True"}, "fabric-access-timeout-recovery", Verdict.REMEDIATE),
+    ({"summary": "Unhealthy", "incorrect_configuration": "Insufficient NVLinks"}, "fabric-incorrect-configuration",
+     Verdict.QUARANTINE),
+    ({"summary": "Unhealthy"}, "fabric-health-unhealthy", Verdict.REMEDIATE),
+])
+def test_a_registered_gpu_with_unhealthy_fabric_is_not_admitted_with_a_code_per_field(values, code, verdict):
+    q = _health(read_real(H100_Q), **{"bandwidth": "Full", "route_recovery": "False", "route_unhealthy": "False",
+                                      "access_timeout": "False", "incorrect_configuration": "None",
+                                      "summary": "Healthy", **values})
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: q}), P5S)
+    bad = [r for r in res if r.verdict is not Verdict.PASS]
+    assert [(r.reason_code, r.verdict) for r in bad] == [(code, verdict)]
+
+
+def test_a_healthy_fabric_passes_as_healthy():
+    q = _health(read_real(H100_Q), summary="Healthy", bandwidth="Full", route_recovery="False",
+                route_unhealthy="False", access_timeout="False", incorrect_configuration="None")
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: q}), P5S)
+    assert all(r.verdict is Verdict.PASS for r in res) and res[-1].measured == "healthy"
+
+
+def test_fabric_state_na_on_an_nvswitch_hopper_is_a_finding_not_a_silent_pass():
+    """The real driver 580 H200 -q: State/Status N/A (a one-GPU VM). On p5en, an NVSwitch H200
+    system, that leaves the registration unproven. A100 (p4d) has no GPU fabric registration."""
+    ev = _ev({B.FABRICMANAGER: "active\n", B.SMI_Q: read_real(H200_Q_580)})
+    assert "fabric-state-na" in _codes(check_fabric_manager(ev, P5EN))
+    p4d = GateSettings(instance_type="p4d.24xlarge")
+    assert all(r.verdict is Verdict.PASS for r in check_fabric_manager(ev, p4d))
+
+
+def test_fabric_in_progress_and_insufficient_resources_is_not_ready():
+    q = read_real(H100_Q).replace("State                                          : Completed",
+                                  "State                                          : In Progress")
+    q = q.replace("Status                                         : Success",
+                  "Status                                         : Insufficient Resources", 1)
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: q}), P5S)
+    assert "fabric-not-ready" in _codes(res)
+
+
+def _fabric_csv(bus: str, state: str, status: str, summary: str = "N/A") -> str:
+    header = B.FABRIC_QUERY_FIELDS.replace(",", ", ")
+    cells = [bus, state, status, "0", "00000000-0000-0000-0000-000000000000", summary] + ["N/A"] * 5
+    return header + "\n" + ", ".join(cells) + "\n"
+
+
+def test_fabric_csv_and_q_disagreeing_is_said_not_silently_resolved():
+    """The fabric CSV (FABRIC_QUERY_FIELDS; values as the real 590 -q shows them) says In Progress
+    for the GPU the real -q shows Completed: reported, neither source wins."""
+    csv_text = _fabric_csv("00000000:00:09.0", "In Progress", "N/A")
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: read_real(H100_Q),
+                                    B.FABRIC_QUERY: csv_text}), P5S)
+    assert "fabric-sources-disagree" in _codes(res)
+    agree = _fabric_csv("00000000:00:09.0", "Completed", "Success")
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: read_real(H100_Q),
+                                    B.FABRIC_QUERY: agree}), P5S)
+    assert all(r.verdict is Verdict.PASS for r in res), res
+
+
+def test_an_unknown_fabric_value_is_unreadable_not_a_verdict():
+    q = _health(read_real(H100_Q), summary="Mostly Fine")
+    res = check_fabric_manager(_ev({B.FABRICMANAGER: "active\n", B.SMI_Q: q}), P5S)
+    assert [(r.verdict, r.reason_code) for r in res if r.verdict is not Verdict.PASS] == [
+        (Verdict.REMEDIATE, "unreadable-nvidia-smi-q")]
+
+
+def test_the_fabric_fields_are_ones_driver_580_accepts():
+    import re
+    accepted = set(re.findall(r'^"([\w.]+)"', read_real("nvidia_smi_help_query_gpu__drv580__captured.txt"), re.M))
+    assert [f for f in B.FABRIC_QUERY_FIELDS.split(",") if f not in accepted] == []
+    assert set(nvidia_smi.FABRIC_CSV_FIELDS) <= accepted
+
+
+# --- item 3: unreadable is not broken -------------------------------------------------------
+
+def test_a_garbled_query_csv_is_unreadable_not_zero_gpus():
+    """A `-q -x` XML document where the CSV was expected, or random bytes: no GPU verdict, a retest."""
+    import random
+    rnd = random.Random(19)
+    garbage = "".join(chr(rnd.randrange(32, 127)) for _ in range(400))
+    xml = '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+    for text in (xml, garbage, ""):
+        ev = _ev({B.QUERY_GPU: text})
+        count = check_gpu_count(ev, P5S)
+        assert [(r.verdict, r.reason_code) for r in count] == [(Verdict.REMEDIATE, "unreadable-nvidia-smi-query-gpu")]
+        assert "unreadable / tool failed: retest" in count[0].message
+
+
+def test_a_truncated_real_q_with_no_csv_is_unreadable_not_a_gpu_verdict():
+    cut = read_real(H100_Q)[:200]  # the banner and timestamp: no GPU section
+    ev = _ev({B.SMI_Q: cut})
+    assert [r.reason_code for r in check_gpu_count(ev, P5S)] == ["unreadable-nvidia-smi-q"]
+
+
+def test_a_csv_row_cut_short_is_unreadable_not_a_missing_gpu():
+    lines = read_real(H200_CSV).splitlines()
+    cut = "\n".join(lines + [lines[1][:40]]) + "\n"  # a second GPU row cut mid-line
+    ev = _ev({B.QUERY_GPU: cut})
+    assert check_gpu_count(ev, P5S)[0].reason_code == "unreadable-nvidia-smi-query-gpu"
+
+
+@pytest.mark.parametrize("text,rc", [("", 0), ("-- No entries --\n", 0), ("", 1)])
+def test_an_empty_or_failed_kernel_log_is_unreadable(text, rc):
+    from gpufleet.gates.bundle import FileRecord
+    b = Bundle(path="/mem/n0", manifest=Manifest(slot="n0", files={B.KERNEL_LOG: FileRecord(
+        command="journalctl -k -b -o short-iso --no-pager || dmesg -T", exit_code=rc)}), files={B.KERNEL_LOG: text})
+    res = check_readable(NodeEvidence(b), P5S)
+    assert [r.reason_code for r in res] == ["unreadable-kernel-log"]
+
+
+def test_a_mig_form_xid_line_is_read_and_judged():
+    line = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 48, pid=4242, name=python3, Ch 00000008\n"
+    log = kernel_log.parse_kernel_log(read_real(DMESG) + line)
+    assert log.problems == ()
+    assert [(e.xid, e.pci, e.gpu_instance) for e in log.xids][-1] == (48, "0000:3b:00", 5)
+    res = check_kernel_log(_ev({B.KERNEL_LOG: read_real(DMESG) + line}), P5S)
+    assert (res[0].verdict, res[0].reason_code) == (Verdict.QUARANTINE, "xid-48")
+
+
+def test_an_unrecognised_xid_like_line_reaches_a_retest():
+    line = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00 SOMETHING-NEW:1): 43, pid=1\n"
+    ev = _ev({B.KERNEL_LOG: read_real(DMESG) + line})
+    assert "unreadable-kernel-log" in _codes(check_readable(ev, P5S))
+
+
+def test_unreadable_outputs_retest_once_and_never_pass():
+    """The node's outcome: REMEDIATE (retest), a second unreadable attempt quarantines."""
+    ev_files = {B.QUERY_GPU: "<nvidia_smi_log>\n"}
+    _, results = run_checks(_bundle(ev_files), P5S)
+    first = node_outcome(results)
+    assert first.verdict is Verdict.REMEDIATE and first.action.value == "retest"
+    assert "unreadable-nvidia-smi-query-gpu" in first.reason_codes
+    assert node_outcome(results, first).action.value == "quarantine"
+
+
+# --- item 4: nccl-tests -J, format version 3 ------------------------------------------------
+
+J = "nccl-all-reduce__j.json"
+
+
+def _j() -> dict:
+    import json
+    from .conftest import OWN
+    return json.loads((OWN / J).read_text())
+
+
+def _dump(doc: dict) -> str:
+    import json
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def test_the_v3_document_reads_strictly():
+    res = nccl_tests.parse_json(_dump(_j()))
+    assert res.problems == () and [r.size for r in res.rows] == [8589934592, 17179869184]
+    assert res.out_of_bounds_ok is True and res.wrong_total == 0
+
+
+@pytest.mark.parametrize("path,value", [
+    (("average_bus_bandwidth", "okay"), "true"), (("average_bus_bandwidth", "okay"), "false"),
+    (("average_bus_bandwidth", "okay"), "unchecked"), (("out_of_bounds", "okay"), "false"),
+])
+def test_the_writers_flag_strings_are_read(path, value):
+    doc = _j()
+    doc[path[0]][path[1]] = value
+    res = nccl_tests.parse_json(_dump(doc))
+    assert res.problems == ()
+    if path[0] == "out_of_bounds":
+        assert res.out_of_bounds_ok is False
+
+
+def test_nwrong_null_is_an_unchecked_run_and_a_float_count_is_read():
+    doc = _j()
+    for r in doc["results"]:
+        r["out_of_place"]["nwrong"] = r["in_place"]["nwrong"] = None
+    assert nccl_tests.parse_json(_dump(doc)).wrong_total is None
+    doc["results"][0]["out_of_place"]["nwrong"] = 3.0
+    assert nccl_tests.parse_json(_dump(doc)).wrong_total == 3
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d["results"][0].__setitem__("root", -1.5),
+    lambda d: d["results"][0].__setitem__("root", "root"),
+    lambda d: d["results"][0]["out_of_place"].__setitem__("nwrong", "0"),
+    lambda d: d["results"][0]["out_of_place"].__setitem__("nwrong", 0.5),
+    lambda d: d["results"][0]["out_of_place"].__setitem__("bus_bw", "479.28"),
+    lambda d: d["results"][0].__setitem__("size", "8G"),
+    lambda d: d["out_of_bounds"].__setitem__("okay", True),
+    lambda d: d["average_bus_bandwidth"].__setitem__("okay", "maybe"),
+    lambda d: d.__setitem__("version", 4),
+    lambda d: d.__setitem__("results", {"size": 1}),
+    lambda d: d["config"].__setitem__("devices", "8"),
+    lambda d: d["results"].append([1, 2]),
+])
+def test_a_value_of_an_unknown_shape_is_a_problem_never_an_exception(mutate):
+    doc = _j()
+    mutate(doc)
+    res = nccl_tests.parse_json(_dump(doc))
+    assert res.problems
+
+
+@pytest.mark.parametrize("text", ["[]", "null", "1", '{"results": null}', '"x"', "{" * 5000])
+def test_documents_that_are_not_a_v3_object_are_problems(text):
+    assert nccl_tests.parse_json(text).problems
+
+
+def test_an_unreadable_json_row_makes_the_intra_check_a_retest():
+    doc = _j()
+    doc["results"][0]["out_of_place"]["nwrong"] = "N/A"
+    ev = _ev({B.NCCL_INTRA_JSON: _dump(doc), B.NCCL_INTRA: read_real("nccl_all_reduce_perf__2x_p5__aws_readme.txt")})
+    assert "unreadable-nccl-all-reduce-intra" in _codes(check_readable(ev, P5S))

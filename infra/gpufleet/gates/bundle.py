@@ -11,6 +11,7 @@ an explicit "not collected" result, never a crash. See also infra/gpufleet/gates
 | nvidia-smi-query-gpu.csv | `nvidia-smi --query-gpu=<QUERY_GPU_FIELDS> --format=csv` | parsers.nvidia_smi.parse_query_csv |
 | nvidia-smi-remapped-rows.csv | `nvidia-smi --query-remapped-rows=<REMAPPED_ROWS_FIELDS> --format=csv` | parsers.nvidia_smi.parse_query_csv |
 | nvidia-smi-q.txt | `nvidia-smi -q` | parsers.nvidia_smi.parse_q |
+| nvidia-smi-fabric.csv | `nvidia-smi --query-gpu=<FABRIC_QUERY_FIELDS> --format=csv` (driver 550+: fabric state and health) | parsers.nvidia_smi.read_query_table |
 | nvidia-smi-nvlink-s.txt | `nvidia-smi nvlink -s` | parsers.nvidia_smi.parse_nvlink_status |
 | nvidia-smi-topo-m.txt | `nvidia-smi topo -m` | parsers.nvidia_smi.parse_topo |
 | dcgmi-diag.json | `dcgmi diag -r <level> -j` | parsers.dcgm.parse_diag |
@@ -22,7 +23,7 @@ an explicit "not collected" result, never a crash. See also infra/gpufleet/gates
 | container-gpus.txt | `<runtime> run --rm --gpus all <image> nvidia-smi -L` | parsers.system.parse_nvidia_smi_l |
 | versions.json | one JSON object: version key -> raw stdout of its version command | parsers.system.parse_versions |
 | nccl-all-reduce-intra.txt | `all_reduce_perf -b 16G -e 16G -f 2 -g 8 -c 1` (NCCL_DEBUG=INFO) | parsers.nccl_tests.parse_text |
-| nccl-all-reduce-intra.json | the same run's `-J` output, when the build supports it | parsers.nccl_tests.parse_json |
+| nccl-all-reduce-intra.json | the same run's `-J` output (nccl-tests >= 2.17.3; a note when the build has no `-J`) | parsers.nccl_tests.parse_json |
 | nccl-efa-loopback.txt | `all_reduce_perf -b 1G -e 1G -g 8` with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO | parsers.nccl_debug.parse_net |
 """
 
@@ -45,6 +46,7 @@ MANIFEST_FORMAT_VERSION = 1
 QUERY_GPU = "nvidia-smi-query-gpu.csv"
 REMAPPED_ROWS = "nvidia-smi-remapped-rows.csv"
 SMI_Q = "nvidia-smi-q.txt"
+FABRIC_QUERY = "nvidia-smi-fabric.csv"
 NVLINK_S = "nvidia-smi-nvlink-s.txt"
 TOPO_M = "nvidia-smi-topo-m.txt"
 DCGM_DIAG = "dcgmi-diag.json"
@@ -64,7 +66,7 @@ IMAGE_LIST = "image-list.txt"  # the runtime's full image listing (crictl/ctr/do
 IMAGE_GPUS = "image-gpus.txt"  # `nvidia-smi -L` inside a container of the workload image
 
 BUNDLE_FILES: tuple[str, ...] = (
-    QUERY_GPU, REMAPPED_ROWS, SMI_Q, NVLINK_S, TOPO_M, DCGM_DIAG, KERNEL_LOG, FI_INFO, LSPCI_EFA,
+    QUERY_GPU, REMAPPED_ROWS, SMI_Q, FABRIC_QUERY, NVLINK_S, TOPO_M, DCGM_DIAG, KERNEL_LOG, FI_INFO, LSPCI_EFA,
     FABRICMANAGER, LUSTRE, CONTAINER_GPUS, VERSIONS, NCCL_INTRA, NCCL_INTRA_JSON, NCCL_EFA_LOOPBACK,
 )
 
@@ -78,6 +80,14 @@ QUERY_GPU_FIELDS = (
     "pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active,"
     "clocks_event_reasons_counters.hw_thermal_slowdown,clocks_event_reasons_counters.hw_power_brake_slowdown,"
     "gpu_recovery_action,fabric.state,fabric.status,memory.total,power.draw,temperature.gpu"
+)
+# NVLink fabric registration and health per GPU, as driver 580's `--help-query-gpu` names them
+# (tests/fixtures/real/nvidia_smi_help_query_gpu__drv580__captured.txt). A query of its own: a
+# driver that predates one field rejects the whole query, which must not cost the main CSV.
+FABRIC_QUERY_FIELDS = (
+    "pci.bus_id,fabric.state,fabric.status,fabric.cliqueId,fabric.clusterUuid,fabric.health.summary,"
+    "fabric.health.bandwidth,fabric.health.route_recovery_in_progress,fabric.health.route_unhealthy,"
+    "fabric.health.access_timeout_recovery,fabric.health.incorrect_configuration"
 )
 REMAPPED_ROWS_FIELDS = (
     "gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure"

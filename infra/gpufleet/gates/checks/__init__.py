@@ -22,6 +22,7 @@ from gpufleet.gates.checks.gpu import (
 )
 from gpufleet.gates.checks.kernel_log import check_kernel_log
 from gpufleet.gates.checks.manifest import check_manifest
+from gpufleet.gates.checks.readable import check_readable
 from gpufleet.gates.checks.storage import check_lustre
 from gpufleet.gates.checks.versions import check_versions
 from gpufleet.gates.settings import GateSettings
@@ -31,7 +32,7 @@ CHECKS: tuple[Callable[[NodeEvidence, GateSettings], list[CheckResult]], ...] = 
     check_manifest, check_gpu_count, check_gpu_model, check_versions, check_persistence, check_mig, check_recovery_action,
     check_ecc_mode, check_ecc_uncorrectable, check_row_remap, check_kernel_log, check_pcie, check_nvlink,
     check_fabric_manager, check_clocks, check_dcgm, check_efa, check_nccl_net, check_lustre, check_container,
-    check_workload_image, check_intra_node,
+    check_workload_image, check_intra_node, check_readable,
 )
 
 

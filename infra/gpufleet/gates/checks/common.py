@@ -8,10 +8,12 @@ import re
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.evidence import NodeEvidence
+from gpufleet.gates.checks.readable import source_unreadable
 from gpufleet.gates.parsers.common import absent_command, missing_tool
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result, not_collected
 
 P, W, R, Q = Verdict.PASS, Verdict.WARN, Verdict.REMEDIATE, Verdict.QUARANTINE
+NO_DEVICES = "No devices were found"  # what nvidia-smi prints when the driver sees no GPU
 
 
 @functools.cache
@@ -47,7 +49,16 @@ def gpu_source_missing(ev: NodeEvidence, check_id: str, sev: str, expected: obje
     if ev.query_table is None and ev.smi_q is None:
         return not_collected(check_id, sev, expected, B.QUERY_GPU, rref)
     if not ev.gpus:  # nvidia-smi absent: no GPU can be shown; gpu.count quarantines, the rest say why
-        return absent_tool(ev, check_id, sev, expected, B.QUERY_GPU, rref, Q if check_id == "gpu.count" else R)
+        absent = absent_tool(ev, check_id, sev, expected, B.QUERY_GPU, rref, Q if check_id == "gpu.count" else R)
+        if absent is not None:
+            return absent
+        f = ev.bundle.get(B.QUERY_GPU)
+        if check_id == "gpu.count" and f.collected and f.exit_code not in (None, 0):
+            return None  # nvidia-smi ran and failed (NVML not responsive): gpu.count's own verdict
+        if NO_DEVICES in (ev.text(B.QUERY_GPU) or "") or NO_DEVICES in (ev.text(B.SMI_Q) or ""):
+            return None  # nvidia-smi's own words for zero GPUs: a reading, not an unreadable output
+        # an output that does not parse says nothing about the GPUs: retest, never "0 GPUs visible"
+        return source_unreadable(ev, check_id, sev, expected, B.QUERY_GPU, B.SMI_Q, research_ref=rref)
     return None
 
 

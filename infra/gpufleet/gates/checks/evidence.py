@@ -89,14 +89,39 @@ class NodeEvidence:
         return system.parse_versions(t) if t is not None else None
 
     @cached_property
-    def intra(self) -> nccl_tests.PerfResult | None:
+    def _intra_read(self) -> tuple[str | None, nccl_tests.PerfResult | None]:
+        """(the file read, its reading): the -J document when it has rows, else the text table."""
         t = self.text(B.NCCL_INTRA_JSON)
         if t is not None:
             res = nccl_tests.parse_json(t)
             if res.rows:
-                return res
+                return B.NCCL_INTRA_JSON, res
         t = self.text(B.NCCL_INTRA)
-        return nccl_tests.parse_text(t) if t is not None else None
+        return (B.NCCL_INTRA, nccl_tests.parse_text(t)) if t is not None else (None, None)
+
+    @property
+    def intra(self) -> nccl_tests.PerfResult | None:
+        return self._intra_read[1]
+
+    @property
+    def intra_source(self) -> str | None:
+        return self._intra_read[0]
+
+    @property
+    def intra_problems(self) -> tuple[str, ...]:
+        """What the intra-node reading could not read: its problems and any result-like line
+        that fits no column layout (a garbled row must not silently drop out of the sweep)."""
+        res = self.intra
+        if res is None:
+            return ()
+        extra = (f"{len(res.unparsed)} result line(s) in no known layout: {res.unparsed[0][:80]!r}",) \
+            if res.unparsed else ()
+        return tuple(p for p in res.problems if p != "no result rows") + extra
+
+    @cached_property
+    def fabric_table(self) -> nvidia_smi.QueryTable | None:
+        t = self.text(B.FABRIC_QUERY)
+        return nvidia_smi.read_query_table(t) if t is not None else None
 
     @cached_property
     def net(self) -> nccl_debug.NcclNet | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.common import P, Q, R, W, absent_tool, gpu_source_missing, per_gpu, ref, result
 from gpufleet.gates.checks.evidence import CLOCK_BITS, NodeEvidence
+from gpufleet.gates.checks.readable import source_unreadable
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, not_collected
 
@@ -21,6 +22,9 @@ def check_gpu_count(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         return [result(cid, sev, f"rc={f.exit_code}", s.sku.gpus, Q, "nvidia-smi-failed",
                        "nvidia-smi failed; NVML is not responsive", rref)]
     n = len(ev.gpus)
+    if n != s.sku.gpus and (unread := source_unreadable(ev, cid, sev, s.sku.gpus, B.QUERY_GPU, B.SMI_Q,
+                                                        research_ref=rref)) is not None:
+        return [unread]  # a row cut short or a GPU section cut off is not a missing GPU
     if n != s.sku.gpus:
         return [result(cid, sev, n, s.sku.gpus, Q, "gpu-count", f"{n} GPUs visible, {s.sku.name} has {s.sku.gpus}",
                        rref)]

@@ -10,7 +10,9 @@ import re
 
 from gpufleet.gates.parsers.common import ParseModel
 
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)$")
+# `NVRM: Xid (PCI:0000:3b:00): 79, ...`; under MIG the driver names the GPU instance (and compute
+# instance) too: `NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 43, ...` / `(PCI:0000:3b:00 GPU-I:05 GPU-C:01)`.
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)(?:\s+GPU-I:([0-9a-fA-F]+))?(?:\s+GPU-C:[0-9a-fA-F]+)?\): (\d+),?\s*(.*)$")
 _SXID = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9a-fA-F:.]+)\): (\d+),\s*(Fatal|Non-fatal)\b,?\s*(.*)$",
                    re.IGNORECASE)
 _PCIE_LIMITED = re.compile(r"(\S+ [0-9a-fA-F:.]+): ([\d.]+ Gb/s) available PCIe bandwidth, limited by (.*)$")
@@ -22,6 +24,7 @@ class XidEvent(ParseModel):
     pci: str
     text: str
     timestamp: str | None = None
+    gpu_instance: int | None = None  # the MIG GPU instance the driver names, when there is one
 
 
 class SxidEvent(ParseModel):
@@ -61,7 +64,8 @@ def parse_kernel_log(text: str) -> KernelLog:
         ts = ts_m.group(1).strip("[] ") if ts_m else None
         m = _XID.search(line)
         if m:
-            xids.append(XidEvent(xid=int(m.group(2)), pci=m.group(1), text=m.group(3).strip(), timestamp=ts))
+            xids.append(XidEvent(xid=int(m.group(3)), pci=m.group(1), text=m.group(4).strip(), timestamp=ts,
+                                 gpu_instance=int(m.group(2), 16) if m.group(2) else None))
             continue
         m = _SXID.search(line)
         if m:

@@ -141,35 +141,141 @@ def _row(tokens: list[str], cols: list[str]) -> dict | None:
             "out_of_place": halves[0], "in_place": halves[1] if len(halves) > 1 else None}
 
 
+JSON_VERSIONS = (1, 2, 3)  # nccl-tests src/util.cu JSON_FILE_VERSION: 1 (2.17.3), 3 (2.19.x)
+_ROOT = re.compile(r"^\s*-?\d+$")
+
+
+class _Unreadable(ValueError):
+    """A value of a shape nccl-tests' writer never produces: the document is not judged."""
+
+
+def _num(d: dict, key: str, where: str, *, nan_ok: bool = False) -> float:
+    """A JSON number (jsonDouble / jsonInt / jsonSize_t); "nan" only where NaN is a reading."""
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if nan_ok and v == "nan":
+            return float("nan")
+        raise _Unreadable(f"{where}.{key}: expected a number, got {v!r}"[:160])
+    return float(v)
+
+
+def _int_field(d: dict, key: str, where: str) -> int:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Unreadable(f"{where}.{key}: expected an integer, got {v!r}"[:160])
+    return v
+
+
+def _flag(v: object, where: str, *, unchecked_ok: bool = False) -> bool | None:
+    """jsonBool writes the strings "true"/"false"; average_bus_bandwidth.okay may be "unchecked"."""
+    if v == "true":
+        return True
+    if v == "false":
+        return False
+    if unchecked_ok and v == "unchecked":
+        return None
+    allowed = '"true", "false" or "unchecked"' if unchecked_ok else '"true" or "false"'
+    raise _Unreadable(f"{where}: expected {allowed}, got {v!r}"[:160])
+
+
+def _json_half(d: object, where: str) -> Half | None:
+    """One of out_of_place / in_place: {time|cpu_time, alg_bw, bus_bw, nwrong (a float, or null: -c 0)}."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise _Unreadable(f"{where}: expected an object or null, got {type(d).__name__}")
+    tkey = "time" if "time" in d else "cpu_time"
+    nw = d.get("nwrong")
+    if nw is None:
+        wrong = None
+    elif isinstance(nw, bool) or not isinstance(nw, (int, float)) or nw != nw or nw < 0 or float(nw) != int(nw):
+        raise _Unreadable(f"{where}.nwrong: expected a whole number or null, got {nw!r}"[:160])
+    else:
+        wrong = int(nw)
+    return Half(time_us=_num(d, tkey, where, nan_ok=True), algbw=_num(d, "alg_bw", where, nan_ok=True),
+                busbw=_num(d, "bus_bw", where, nan_ok=True), wrong=wrong)
+
+
+def _json_row(r: object, i: int) -> PerfRow:
+    where = f"results[{i}]"
+    if not isinstance(r, dict):
+        raise _Unreadable(f"{where}: expected an object")
+    root = r.get("root")
+    if isinstance(root, str) and _ROOT.match(root):  # sprintf("%6i"): "    -1"
+        root_n: int | None = int(root)
+    elif root is None:
+        root_n = None
+    else:
+        raise _Unreadable(f"{where}.root: expected a padded integer string, got {root!r}"[:160])
+    for key in ("type", "redop"):
+        if not isinstance(r.get(key), str):
+            raise _Unreadable(f"{where}.{key}: expected a string, got {r.get(key)!r}"[:160])
+    oop = _json_half(r.get("out_of_place"), f"{where}.out_of_place")
+    inp = _json_half(r.get("in_place"), f"{where}.in_place")
+    if oop is None:  # trace replay writes in-place only; gate on what was measured
+        if inp is None:
+            raise _Unreadable(f"{where}: neither out_of_place nor in_place")
+        oop, inp = inp, None
+    return PerfRow(size=_int_field(r, "size", where), count=_int_field(r, "count", where), dtype=r["type"],
+                   redop=r["redop"], root=root_n, out_of_place=oop, in_place=inp)
+
+
 def parse_json(text: str) -> PerfResult:
-    """The `-J file.json` output (nccl-tests >= 2.17.3)."""
+    """The `-J file.json` output (nccl-tests >= 2.17.3; format version 3 from 2.19), read as
+    src/util.cu writes it: booleans are the strings "true"/"false" (the average's `okay` may be
+    "unchecked": no -G/--check_avg_bw bar), `root` a "%6i" string, `nwrong` a double or null
+    (-c 0), NaN as the string "nan", `devices` under `config`. A value of any other shape is a
+    problem (the gates say "unreadable: retest"), never an exception and never a pass.
+    """
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         return PerfResult(problems=(f"invalid JSON: {exc}",))
-    rows: list[PerfRow] = []
+    if not isinstance(doc, dict):
+        return PerfResult(problems=("the -J document is not an object",))
     problems: list[str] = []
-
-    def half(d: dict | None) -> Half | None:
-        if not isinstance(d, dict):
-            return None
-        nw = d.get("nwrong")
-        wrong = None if nw is None or (isinstance(nw, str) and nw.upper() == "N/A") else int(nw)
-        return Half(time_us=_f(d.get("time")), algbw=_f(d.get("alg_bw")), busbw=_f(d.get("bus_bw")), wrong=wrong)
-
-    for r in doc.get("results") or []:
-        oop = half(r.get("out_of_place"))
-        if oop is None or r.get("size") is None:
-            problems.append(f"result without size/out_of_place: {str(r)[:80]}")
-            continue
-        rows.append(PerfRow(size=int(r["size"]), count=r.get("count"), dtype=r.get("type"), redop=r.get("redop"),
-                            root=r.get("root"), out_of_place=oop, in_place=half(r.get("in_place"))))
-    oob = doc.get("out_of_bounds") or {}
-    avg = doc.get("average_bus_bandwidth") or {}
+    version = doc.get("version")
+    if version is not None and version not in JSON_VERSIONS:
+        problems.append(f"unknown -J format version {version!r} (known: {JSON_VERSIONS})")
+    results = doc.get("results")
+    if not isinstance(results, list):
+        return PerfResult(problems=(*problems, f"results: expected a list, got {type(results).__name__}"))
+    rows: list[PerfRow] = []
+    for i, r in enumerate(results):
+        try:
+            rows.append(_json_row(r, i))
+        except _Unreadable as exc:
+            problems.append(str(exc))
+    oob_count = oob_ok = avg = None
+    try:
+        oob = doc.get("out_of_bounds")
+        if oob is not None:
+            if not isinstance(oob, dict):
+                raise _Unreadable("out_of_bounds: expected an object")
+            oob_count = _int_field(oob, "count", "out_of_bounds")
+            oob_ok = _flag(oob.get("okay"), "out_of_bounds.okay")
+        ab = doc.get("average_bus_bandwidth")
+        if ab is not None:
+            if not isinstance(ab, dict):
+                raise _Unreadable("average_bus_bandwidth: expected an object")
+            avg = _num(ab, "bandwidth", "average_bus_bandwidth", nan_ok=True)
+            _flag(ab.get("okay"), "average_bus_bandwidth.okay", unchecked_ok=True)
+        config = doc.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise _Unreadable("config: expected an object")
+        devices = (config or {}).get("devices", doc.get("devices"))  # v3: under config; v1 drafts: top level
+        if devices is not None and not (isinstance(devices, list) and all(isinstance(d, dict) for d in devices)):
+            raise _Unreadable("config.devices: expected a list of objects")
+        for key in ("minimum_bytes", "maximum_bytes"):
+            if config is not None and key in config:
+                _int_field(config, key, "config")
+    except _Unreadable as exc:
+        problems.append(str(exc))
+    warns = tuple(e for e in doc.get("errors") or () if isinstance(e, str) and e.strip())
     if not rows:
         problems.append("no result rows")
-    return PerfResult(rows=tuple(rows), out_of_bounds=oob.get("count"), out_of_bounds_ok=oob.get("okay"),
-                      avg_busbw=_f(avg.get("bandwidth")), problems=tuple(problems))
+    return PerfResult(rows=tuple(rows), out_of_bounds=oob_count, out_of_bounds_ok=oob_ok, avg_busbw=avg,
+                      nccl_warnings=warns, problems=tuple(problems))
 
 
 def _f(v) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+from typing import Mapping
 
 from gpufleet.gates.parsers.common import (ERROR_SENTINELS, NA_SENTINELS, ParseModel, plain_lines, shared_by_text,
                                         strip_unit, to_float, to_int, yes_no)
@@ -16,6 +17,7 @@ from gpufleet.gates.parsers.common import (ERROR_SENTINELS, NA_SENTINELS, ParseM
 # ---------------------------------------------------------------- --query-gpu / --query-remapped-rows
 
 _UNIT_IN_HEADER = re.compile(r"\s*\[[^\]]*\]\s*$")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 class QueryCsv(ParseModel):
@@ -65,6 +67,9 @@ def read_query_table(text: str) -> QueryTable:
     fields = tuple(_UNIT_IN_HEADER.sub("", h.strip()) for h in header)
     if not any("." in f or f in ("name", "count", "timestamp", "gpu_bus_id", "driver_version") for f in fields):
         return QueryTable((), (), ("no header line (was --format=csv,noheader used?)",))
+    odd = [f for f in fields if not _FIELD_NAME.match(f)]
+    if odd:  # `--help-query-gpu` names are dotted identifiers: anything else is not this CSV
+        return QueryTable((), (), (f"not a --query-gpu header: {', '.join(odd)[:120]}",))
     rows: list[tuple[str | None, ...]] = []
     problems: list[str] = []
     n = len(fields)
@@ -225,6 +230,88 @@ def parse_q(text: str) -> SmiQ:
         problems.append(f"Attached GPUs says {attached}, found {len(gpus)} GPU sections")
     return SmiQ(driver_version=top.get("Driver Version"), cuda_version=top.get("CUDA Version"),
                 attached_gpus=attached, gpus=tuple(gpus), problems=tuple(problems))
+
+
+# ---------------------------------------------------------------- NVLink fabric (-q and --query-gpu)
+
+# The same fields under their `--query-gpu` names (driver 580 `--help-query-gpu`) and their `-q`
+# paths (Fabric > State/Status/CliqueId/ClusterUUID, Fabric > Health > ...; the real driver 580
+# and 590 captures in tests/fixtures/real).
+FABRIC_CSV_FIELDS = {
+    "fabric.state": "state", "fabric.status": "status", "fabric.cliqueId": "clique_id",
+    "fabric.clusterUuid": "cluster_uuid", "fabric.health.summary": "summary",
+    "fabric.health.bandwidth": "bandwidth", "fabric.health.route_recovery_in_progress": "route_recovery",
+    "fabric.health.route_unhealthy": "route_unhealthy",
+    "fabric.health.access_timeout_recovery": "access_timeout_recovery",
+    "fabric.health.incorrect_configuration": "incorrect_configuration",
+}
+FABRIC_Q_PATHS = {
+    "Fabric/State": "state", "Fabric/Status": "status", "Fabric/CliqueId": "clique_id",
+    "Fabric/ClusterUUID": "cluster_uuid", "Fabric/Health/Summary": "summary", "Fabric/Health/Bandwidth": "bandwidth",
+    "Fabric/Health/Route Recovery in progress": "route_recovery", "Fabric/Health/Route Unhealthy": "route_unhealthy",
+    "Fabric/Health/Access Timeout Recovery": "access_timeout_recovery",
+    "Fabric/Health/Incorrect Configuration": "incorrect_configuration",
+}
+# What nvidia-smi prints for each (NVML nvmlGpuFabricInfo_v2/v3: state enum, health summary enum,
+# health mask bits; rendered names as NVIDIA/k8s-test-infra's nvml-mock documents the real
+# nvidia-smi 580 binary printing them). Anything else is a parser problem, never a guess.
+FABRIC_STATES = ("Completed", "In Progress", "Not Started")
+FABRIC_SUMMARIES = ("Healthy", "Unhealthy", "Limited Capacity")
+FABRIC_BANDWIDTH = {"Full": False, "Degraded": True}
+_FABRIC_FLAGS = ("route_recovery", "route_unhealthy", "access_timeout_recovery")
+_TRUE_FALSE = {"true": True, "false": False, "yes": True, "no": False}
+
+
+class FabricInfo(ParseModel):
+    """One GPU's NVLink fabric registration and health; None: N/A (not reported)."""
+
+    state: str | None = None
+    status: str | None = None
+    clique_id: str | None = None
+    cluster_uuid: str | None = None
+    summary: str | None = None
+    bandwidth_degraded: bool | None = None
+    route_recovery: bool | None = None
+    route_unhealthy: bool | None = None
+    access_timeout_recovery: bool | None = None
+    incorrect_configuration: str | None = None  # "None" when clean, else the configuration error named
+    problems: tuple[str, ...] = ()
+
+    @property
+    def health_reported(self) -> bool:
+        return any(v is not None for v in (self.summary, self.bandwidth_degraded, self.route_recovery,
+                                            self.route_unhealthy, self.access_timeout_recovery,
+                                            self.incorrect_configuration))
+
+
+def read_fabric(values: Mapping[str, str | None], names: Mapping[str, str], where: str) -> FabricInfo:
+    """FabricInfo from one GPU's values keyed by CSV field or -q path (`names` maps them)."""
+    raw: dict[str, str | None] = {}
+    for key, field in names.items():
+        v = values.get(key)
+        raw[field] = None if v is None or v.strip() in NA_SENTINELS or v.strip() == "Not Supported" else v.strip()
+    problems: list[str] = []
+    out: dict[str, object] = {k: raw.get(k) for k in ("status", "clique_id", "cluster_uuid")}
+
+    def known(field: str, allowed: tuple[str, ...] | dict[str, bool]) -> str | None:
+        v = raw.get(field)
+        if v is not None and v not in allowed:
+            problems.append(f"{where}: fabric {field} {v!r} is none of {', '.join(allowed)}")
+            return None
+        return v
+
+    out["state"] = known("state", FABRIC_STATES)
+    out["summary"] = known("summary", FABRIC_SUMMARIES)
+    bw = known("bandwidth", FABRIC_BANDWIDTH)
+    out["bandwidth_degraded"] = FABRIC_BANDWIDTH[bw] if bw is not None else None
+    for field in _FABRIC_FLAGS:
+        v = raw.get(field)
+        flag = _TRUE_FALSE.get(v.lower()) if v is not None else None
+        if v is not None and flag is None:
+            problems.append(f"{where}: fabric {field} {v!r} is not True/False")
+        out[field] = flag
+    out["incorrect_configuration"] = raw.get("incorrect_configuration")
+    return FabricInfo(**out, problems=tuple(problems))
 
 
 # ---------------------------------------------------------------- nvlink -s
