@@ -4,7 +4,8 @@ Run: `python bench/bench_ops.py [--rounds 5]`. Figures are printed with a ratio 
 same run, so they compare across machines:
 - latency: one Alertmanager notification (one node alert) over HTTP on 127.0.0.1 until the node is
   quarantined in the simulated pool of the rolled-out `local` stack (lock, pool write, journal,
-  audit line, answer), against one GET /metrics round trip (a pool read and an answer);
+  audit line, answer), with the bearer token, against one GET /metrics round trip (a pool read and
+  an answer); throughput: 50 one-node notifications from 8 concurrent senders, answered;
 - storm: a 1,250-alert notification (every node of a 10,000-GPU pool alerting: an outage or a bad
   rule) parsed and decided, against `json.loads` of the same body; the decision must quarantine
   no more than the alert budget.
@@ -14,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 import tempfile
 import threading
 import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
@@ -28,7 +32,7 @@ from _measure import counted, measured, timed  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from gpufleet.cli import main  # noqa: E402
-from gpufleet.ops import actions, server  # noqa: E402
+from gpufleet.ops import actions, audit, server  # noqa: E402
 from gpufleet.ops.webhook import Notification, decide  # noqa: E402
 from gpufleet.pool.factory import pool_for  # noqa: E402
 from gpufleet.pool.protocol import NodeState, PoolNode, PoolState  # noqa: E402
@@ -62,7 +66,7 @@ def bench_storm(runs: int = 5) -> None:
     counted(f"storm: {len(d.quarantine)} quarantined ({SHARE:.0%} of each partition), {len(d.page)} paged")
 
 
-def bench_latency(rounds: int = 5) -> None:
+def bench_latency(rounds: int = 5, flood: int = 50) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         runner = CliRunner()
@@ -73,25 +77,43 @@ def bench_latency(rounds: int = 5) -> None:
         spec = load_stack_path(project.stack_file("local"))
         pool = pool_for(spec, project, "local")
         admitted = sorted(n.slot for n in pool.state().by_state(NodeState.ADMITTED))
-        httpd = server.serve("127.0.0.1", 0, lambda note: actions.handle(note, "local", project).summary(), pool.state)
+        token = secrets.token_urlsafe(32)
+        state_dir = project.state_dir("local")
+        audit_call = lambda what, why, details: audit.record(state_dir, "local", what, why, who="bench",  # noqa: E731
+                                                             details=details)
+        httpd = server.serve("127.0.0.1", 0, apply=lambda note: actions.handle(note, "local", project).summary(),
+                             pool_state=pool.state, settings=server.Settings(token=token), audit=audit_call)
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+
+        def post(slots: list[str]) -> int:
+            req = urllib.request.Request(url + "/", data=json.dumps(notification(slots)).encode(), headers=headers)
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return int(r.status)
+
         try:
             metrics = timed(lambda: urllib.request.urlopen(url + "/metrics", timeout=30).read(), runs=5)
             latencies = []
             for slot in admitted[:: max(1, len(admitted) // rounds)][:rounds]:
-                body = json.dumps(notification([slot])).encode()
-                req = urllib.request.Request(url + "/", data=body, headers={"Content-Type": "application/json"})
-                latencies.append(timed(lambda: urllib.request.urlopen(req, timeout=30).read()).min_s)
-                assert pool.state().nodes[slot].state is NodeState.QUARANTINED, slot
+                latencies.append(timed(lambda: post([slot])).min_s)
+                assert pool.state().nodes[slot].state is not NodeState.ADMITTED, slot
+            # throughput: `flood` one-node notifications from 8 senders at once (the budget pages most)
+            rest = [s for s in admitted if pool.state().nodes[s].state is NodeState.ADMITTED]
+            with ThreadPoolExecutor(8) as senders:
+                storm = timed(lambda: list(senders.map(lambda i: post([rest[i % len(rest)]]), range(flood))))
+            codes = Counter(storm.result)
         finally:
             httpd.shutdown()
             httpd.server_close()
     mid = statistics.median(latencies)
     measured(f"latency: `local` stack ({len(admitted)} admitted nodes, rolled out in {rolled.wall()}): alert to "
-             f"quarantine min {min(latencies) * 1000:.0f} / median {mid * 1000:.0f} / max {max(latencies) * 1000:.0f} ms "
-             f"over {len(latencies)} notifications (one node each) = {mid / metrics.median_s:.1f}x one GET /metrics "
-             f"({metrics.wall('ms')}; median vs median)")
+             f"quarantine with the bearer token min {min(latencies) * 1000:.0f} / median {mid * 1000:.0f} / max "
+             f"{max(latencies) * 1000:.0f} ms over {len(latencies)} notifications (one node each) = "
+             f"{mid / metrics.median_s:.1f}x one GET /metrics ({metrics.wall('ms')}; median vs median)")
+    measured(f"throughput: {flood} one-node notifications from 8 concurrent senders with the token answered in "
+             f"{storm.wall()} = {flood / storm.min_s:.1f} notifications/s (answers {dict(codes)}; one worker applies "
+             f"all it finds waiting under one take of the stack lock)")
 
 
 if __name__ == "__main__":

@@ -48,3 +48,38 @@ def test_the_rate_limit_is_per_caller_with_a_burst_and_refills() -> None:
     assert limits.allow("b")  # another caller has its own bucket
     now[0] += 0.5
     assert limits.allow("a") and not limits.allow("a")
+
+
+def test_the_intake_retries_a_held_lock_and_applies_waiting_notifications_under_one_take() -> None:
+    import threading as th
+
+    from gpufleet.errors import LockHeld
+    from gpufleet.ops.server import Intake
+    from gpufleet.ops.webhook import Notification
+    from tests.ops.alertmanager import alert, notification
+
+    calls: list[int] = []
+    gate, started = th.Event(), th.Event()
+
+    def apply(note: Notification) -> dict[str, object]:
+        started.set()
+        gate.wait(10)
+        calls.append(len(note.alerts))
+        if len(calls) <= 2:
+            raise LockHeld("held by pid 4242 on some-host")
+        return {"quarantined": [a.labels["node"] for a in note.alerts][:1],
+                "paged": [{"alertname": a.labels["alertname"], "slot": a.labels["node"], "why": "budget"}
+                          for a in note.alerts][1:], "ignored": []}
+
+    intake = Intake(apply, yield_s=0, backoff_s=(0.01,))
+    first = intake.submit(Notification.model_validate(notification(alert("n1"))), "c")
+    assert started.wait(10)  # the worker holds the first one (and retries it) while two more arrive
+    rest = [intake.submit(Notification.model_validate(notification(alert(f"n{i}"))), "c") for i in (2, 3)]
+    gate.set()
+    assert first is not None and first.result(10) == {"quarantined": ["n1"], "paged": [], "ignored": []}
+    answers = [f.result(10) for f in rest if f is not None]
+    assert answers == [{"quarantined": ["n2"], "paged": [], "ignored": []},  # each caller: its own alerts' part
+                       {"quarantined": [], "paged": [{"alertname": "GpuXidFatal", "slot": "n3", "why": "budget"}],
+                        "ignored": []}]
+    assert calls[:3] == [1, 1, 1] and calls[3] == 2  # two retries, then the waiting two under one take
+    intake.stop()

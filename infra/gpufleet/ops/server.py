@@ -4,8 +4,8 @@ Transport only: who may call, how much, how long; the decisions are `webhook`/`a
 POST / (or /alerts) takes a version-4 notification with `Authorization: Bearer <token>` (the
 token Alertmanager's `http_config.authorization` sends): 401 without it, 413 for a body over
 `MAX_BODY`, 400 for a malformed one, 429 past the caller's rate. An accepted notification is
-queued; one worker applies the queue in order, taking the stack's lock once per notification and
-pausing between takes, so an operator's `gpufleet pool blacklist` gets the lock during a flood.
+queued; one worker applies the queue in order, taking the stack's lock once for all it finds
+waiting and pausing between takes, so an operator's `gpufleet pool blacklist` gets the lock during a flood.
 The answer waits up to `answer_wait_s` for the worker: 200 with what was done, else 202 (queued;
 Alertmanager counts any 2xx as delivered). Pages go to their own thread, never the request's.
 Answers never carry an exception's text (a lock's holder names a pid and a host): the log does.
@@ -100,7 +100,8 @@ class _Item:
 
 
 class Intake:
-    """The one worker that applies queued notifications in arrival order.
+    """The one worker that applies queued notifications in arrival order, all those waiting (up to
+    `batch`) under one lock take.
 
     A held lock (a rollout, an operator's command) or an unreachable pool is retried with backoff
     while the notification waits; between two lock takes the worker pauses `yield_s`, so a command
@@ -108,8 +109,9 @@ class Intake:
 
     def __init__(self, apply: Callable[[Notification], dict[str, Any]], *, capacity: int = 1000,
                  yield_s: float = 0.1, backoff_s: Sequence[float] = (0.2, 0.5, 1, 2, 5), attempts: int = 30,
-                 on_failed: Callable[[_Item, Exception], None] = lambda _i, _e: None) -> None:
+                 batch: int = 200, on_failed: Callable[[_Item, Exception], None] = lambda _i, _e: None) -> None:
         self.apply, self.yield_s, self.backoff_s, self.attempts = apply, yield_s, tuple(backoff_s), attempts
+        self.batch = batch
         self.on_failed = on_failed
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=capacity)
         self._thread = threading.Thread(target=self._run, name="gpufleet-ops-intake", daemon=True)
@@ -133,13 +135,28 @@ class Intake:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            self._apply(item)
+            batch = [item]
+            while len(batch) < self.batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                batch.append(more)
+            self._apply(batch)
             time.sleep(self.yield_s)
 
-    def _apply(self, item: _Item) -> None:
+    def _apply(self, batch: list[_Item]) -> None:
+        """One lock take for everything queued: the alerts of the batch as one notification (the
+        budget holds across them as across one), each caller answered with its own alerts' part."""
+        item = batch[0] if len(batch) == 1 else _Item(merged([i.note for i in batch]), batch[0].caller)
         for attempt in range(self.attempts):
             try:
-                item.done.set_result(self.apply(item.note))
+                result = self.apply(item.note)
+                for i in batch:
+                    i.done.set_result(result if len(batch) == 1 else part_of(result, i.note))
                 return
             except GpufleetError as exc:
                 wait = self.backoff_s[min(attempt, len(self.backoff_s) - 1)]
@@ -150,13 +167,39 @@ class Intake:
                 time.sleep(wait)
             except Exception as exc:  # noqa: BLE001 - the worker must outlive one bad notification
                 log.exception("notification %s failed", item.note.groupKey)
-                self.on_failed(item, exc)
-                item.done.set_exception(exc)
+                self._fail(batch, exc)
                 return
         err = GpufleetError(f"notification {item.note.groupKey} not applied after {self.attempts} attempts")
         log.error("%s", err)
-        self.on_failed(item, err)
-        item.done.set_exception(err)
+        self._fail(batch, err)
+
+    def _fail(self, batch: list[_Item], exc: Exception) -> None:
+        for i in batch:
+            self.on_failed(i, exc)
+            i.done.set_exception(exc)
+
+
+def merged(notes: Sequence[Notification]) -> Notification:
+    """Several queued notifications as one: their alerts in arrival order."""
+    first = notes[0]
+    return first.model_copy(update={"groupKey": f"{len(notes)} queued notifications, first {first.groupKey}",
+                                    "alerts": [a for n in notes for a in n.alerts],
+                                    "status": "firing" if any(n.status == "firing" for n in notes) else "resolved"})
+
+
+def part_of(summary: dict[str, Any], note: Notification) -> dict[str, Any]:
+    """The part of a merged decision's summary about one notification's alerts (by node and name)."""
+    mine = {(a.labels.get("node"), a.labels.get("alertname", "unnamed")) for a in note.alerts}
+    slots = {slot for slot, _ in mine}
+    out: dict[str, Any] = {}
+    for key, rows in summary.items():
+        if not isinstance(rows, list):
+            out[key] = rows
+        elif rows and isinstance(rows[0], dict) and "alertname" in rows[0]:
+            out[key] = [r for r in rows if (r.get("slot"), r.get("alertname")) in mine]
+        else:
+            out[key] = [r for r in rows if r in slots]
+    return out
 
 
 class Pager:
