@@ -82,6 +82,15 @@ class InstanceType:
     intra_node_busbw_floor_gbs: float  # all_reduce busbw floor, 8 GPUs, >= 8 GiB messages
     multi_node_busbw_floor_gbs: float  # ring all_reduce across nodes, >= 4 GiB messages
     interfaces: tuple[InterfaceSlot, ...] = field(default=())
+    # CPU topology slurm.conf declares (Sockets x CoresPerSocket x ThreadsPerCore = vcpus): EC2's
+    # VCpuInfo DefaultCores and DefaultThreadsPerCore [ec2-types], two sockets on every P4/P5
+    sockets: int = 2
+    cores_per_socket: int = 0
+    threads_per_core: int = 2
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
 
     @property
     def efa_interfaces(self) -> int:
@@ -112,6 +121,7 @@ CATALOG: dict[str, InstanceType] = {
         _entry(
             name="p4d.24xlarge",
             vcpus=96, memory_gib=1152,  # [ec2-types] DefaultVCpus, MemoryInfo 1179648 MiB
+            cores_per_socket=24,  # [ec2-types] DefaultCores 48, DefaultThreadsPerCore 2
             gpu_model="NVIDIA A100-SXM4-40GB", gpu_short="A100", gpus=8,  # [ec2-types]
             hbm_gib_per_gpu=40,  # [ec2-types] GpuInfo.MemoryInfo 40960 MiB
             nvlinks_per_gpu=12, pcie_gen=4, pcie_width=16,  # [research] (a) SKU table; [nvidia-ds]
@@ -125,6 +135,7 @@ CATALOG: dict[str, InstanceType] = {
         _entry(
             name="p4de.24xlarge",
             vcpus=96, memory_gib=1152,  # [ec2-types]
+            cores_per_socket=24,  # [ec2-types] DefaultCores 48, DefaultThreadsPerCore 2
             gpu_model="NVIDIA A100-SXM4-80GB", gpu_short="A100", gpus=8,  # [ec2-types]
             hbm_gib_per_gpu=80,  # [ec2-types] 81920 MiB
             nvlinks_per_gpu=12, pcie_gen=4, pcie_width=16,  # [research] (a)
@@ -138,6 +149,7 @@ CATALOG: dict[str, InstanceType] = {
         _entry(
             name="p5.48xlarge",
             vcpus=192, memory_gib=2048,  # [ec2-types] 2097152 MiB
+            cores_per_socket=48,  # [ec2-types] DefaultCores 96, DefaultThreadsPerCore 2
             gpu_model="NVIDIA H100 80GB HBM3", gpu_short="H100", gpus=8,  # [ec2-types]; name as in the real -q capture
             hbm_gib_per_gpu=80,  # [ec2-types] 81920 MiB
             nvlinks_per_gpu=18, pcie_gen=5, pcie_width=16,  # [research] (a); [nvidia-ds]
@@ -151,6 +163,7 @@ CATALOG: dict[str, InstanceType] = {
         _entry(
             name="p5e.48xlarge",
             vcpus=192, memory_gib=2048,  # [ec2-types]
+            cores_per_socket=48,  # [ec2-types] DefaultCores 96, DefaultThreadsPerCore 2
             gpu_model="NVIDIA H200", gpu_short="H200", gpus=8,  # [ec2-types]
             hbm_gib_per_gpu=141,  # [ec2-types] 144384 MiB = 141 GiB
             nvlinks_per_gpu=18, pcie_gen=5, pcie_width=16,  # [research] (a)
@@ -164,6 +177,7 @@ CATALOG: dict[str, InstanceType] = {
         _entry(
             name="p5en.48xlarge",
             vcpus=192, memory_gib=2048,  # [ec2-types]
+            cores_per_socket=48,  # [ec2-types] DefaultCores 96, DefaultThreadsPerCore 2
             gpu_model="NVIDIA H200", gpu_short="H200", gpus=8,  # [ec2-types]
             hbm_gib_per_gpu=141,  # [ec2-types]
             nvlinks_per_gpu=18, pcie_gen=5, pcie_width=16,  # [research] (a)
@@ -219,7 +233,10 @@ def cross_check(entry: InstanceType, described: Mapping[str, Any] | None,
     compare("maximum EFA interfaces", entry.efa_interfaces, (network.get("EfaInfo") or {}).get("MaximumEfaInterfaces"))
     compare("maximum network cards", entry.network_cards, network.get("MaximumNetworkCards"))
     compare("IPv4 addresses per interface", entry.ipv4_per_interface, network.get("Ipv4AddressesPerInterface"))
-    compare("default vCPUs", entry.vcpus, (described.get("VCpuInfo") or {}).get("DefaultVCpus"))
+    vcpu = described.get("VCpuInfo") or {}
+    compare("default vCPUs", entry.vcpus, vcpu.get("DefaultVCpus"))
+    compare("default cores", entry.cores, vcpu.get("DefaultCores"))
+    compare("default threads per core", entry.threads_per_core, vcpu.get("DefaultThreadsPerCore"))
     return findings
 
 

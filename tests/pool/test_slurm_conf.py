@@ -65,8 +65,11 @@ def test_the_local_stack_on_slurm_24_11_real_flavour():
     for line in nodes:  # real CPU/memory/GPUs of p5.48xlarge from the catalog; drained until gated
         assert "CPUs=192" in line and "Gres=gpu:h100:8" in line and 'State=DRAIN Reason="gpufleet: pending gates"' in line
         assert int(re.search(r"RealMemory=(\d+)", line).group(1)) < 2048 * 1024
-    weights = [int(re.search(r"Weight=(\d+)", ln).group(1)) for ln in nodes]
-    assert weights == sorted(weights) and len(set(weights)) == len(weights)  # lower blocks fill first
+        # the catalog's CPU topology, not CPUs alone (slurmd would infer Sockets=192)
+        assert "Sockets=2 CoresPerSocket=48 ThreadsPerCore=2" in line
+        # no Weight: 22.05's tree selection makes the lowest-weight nodes required and pinned a unit
+        # job to a lone free node of block 0 (tests/pool/test_slurm_units.py shows the job start in block 1)
+        assert "Weight=" not in line
     parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
     assert set(parts) == {"train", "sim", "debug"}
     for p in plan.partitions:
@@ -204,3 +207,23 @@ def test_tenants_without_accounting_or_naming_unknown_partitions_are_refused(tmp
     conf = generate(spec, build_plan(spec), LocalFlavour(root=tmp_path, controller_port=30000, first_node_port=30001,
                                                          slurmdbd_port=30100), "22.05.8").slurm_conf
     assert "AccountingStorageHost=localhost" in conf and "AccountingStoragePort=30100" in conf
+
+
+def test_every_catalog_entry_declares_a_cpu_topology_that_makes_its_vcpus():
+    from gpufleet.catalog import CATALOG
+
+    for t in CATALOG.values():
+        assert t.sockets * t.cores_per_socket * t.threads_per_core == t.vcpus, t.name
+    p5 = CATALOG["p5.48xlarge"]
+    assert (p5.sockets, p5.cores_per_socket, p5.threads_per_core) == (2, 48, 2)
+
+
+def test_block_sizes_are_the_plans_block_and_its_power_of_two_aggregates():
+    from gpufleet.pool.slurm.conf import block_sizes
+
+    plan = build_plan(load_stack("local-slurm"))  # 25 blocks of 5 nodes
+    assert block_sizes(plan) == [5, 10, 20, 40, 80]
+    cfg = generate(load_stack("local-slurm"), plan, RealFlavour(controller_host="h", controller_address="10.0.16.10"),
+                   "24.11.6")
+    assert "BlockSizes=5,10,20,40,80" in cfg.topology_conf and "JobSubmitPlugins=lua" in cfg.slurm_conf
+    assert "local TREE = false" in cfg.files()["job_submit.lua"]

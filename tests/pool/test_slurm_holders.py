@@ -16,6 +16,7 @@ from gpufleet.errors import PoolError
 from gpufleet.pool.protocol import Evicting, HasHolders, Holder, NodeState
 from gpufleet.pool.slurm.adapter import SlurmPool
 from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.conf import unit_request_args
 from gpufleet.pool.slurm.jobs import RunningJob, parse_squeue, squeue_argv
 from gpufleet.pool.slurm.transport import Completed, Status
 from gpufleet.spec import UpgradeConfig
@@ -104,20 +105,21 @@ def test_slurm_names_its_holders_but_never_evicts():
 NAME = "llm pretrain | step 3"
 
 
-def _sleep_job(c: Cluster, slot: str) -> str:
-    job = c.sh("sbatch", "--parsable", "--output=/dev/null", "--partition=train", "--nodes=1", f"--nodelist={slot}",
-               f"--job-name={NAME}", "--wrap", "sleep 300").strip()
+def _sleep_job(c: Cluster, slot: str, partner: str) -> str:
+    """A one-unit job (Slurm takes no smaller shape) on `slot` and `partner`."""
+    job = c.sh("sbatch", "--parsable", "--output=/dev/null", *unit_request_args(c.plan, "train", 1, "tree"),
+               f"--nodelist={slot},{partner}", f"--job-name={NAME}", "--wrap", "sleep 300").strip()
     _wait_job(c, job, ("RUNNING",), timeout_s=30)
     return job
 
 
 def test_a_running_job_is_named_with_its_id_name_and_user(cluster: Cluster):
     pool = _pool(cluster)
-    nodes = _pending(cluster, 0, 1)
+    nodes = _pending(cluster, 0, 1, 2)
     pool.register_pending(nodes)
     pool.admit_many([(n.slot, record(n)) for n in nodes])
     busy, idle = nodes[0].slot, nodes[1].slot
-    job = _sleep_job(cluster, busy)
+    job = _sleep_job(cluster, busy, nodes[2].slot)
     before = pool.cli.calls
     assert pool.holders([busy, idle]) == [Holder(busy, f"train/job/{job} {NAME} (user root)")]
     assert pool.cli.calls - before == 1
@@ -129,10 +131,11 @@ def test_a_running_job_holds_the_upgrade_drain_past_its_deadline_and_is_named(cl
     drain returns the job by name; once the job has ended the same drain finishes."""
     pool = _pool(cluster)
     nodes = _pending(cluster, 2, 3)
-    pool.register_pending(nodes)
-    pool.admit_many([(n.slot, record(n)) for n in nodes])
+    partner = _pending(cluster, 4)
+    pool.register_pending(nodes + partner)
+    pool.admit_many([(n.slot, record(n)) for n in nodes + partner])
     busy = nodes[0].slot
-    job = _sleep_job(cluster, busy)
+    job = _sleep_job(cluster, busy, partner[0].slot)
     ticks: list[float] = []
     d = SimpleNamespace(plan=cluster.plan, pool=pool,
                         spec=SimpleNamespace(upgrade=UpgradeConfig.model_validate({"drainTimeoutS": 600})))

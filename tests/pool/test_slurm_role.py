@@ -173,7 +173,7 @@ def test_generated_files_installed_and_slurmd_named_by_slot(applied):
     ctl, node = applied["roots"]["ctl"], applied["roots"]["gpu-n1"]
     for root in (ctl, node):
         for var, name in (("slurm_conf_file", "slurm.conf"), ("slurm_gres_conf_file", "gres.conf"),
-                          ("slurm_topology_conf_file", "topology.conf")):
+                          ("slurm_topology_conf_file", "topology.conf"), ("slurm_job_submit_lua_file", "job_submit.lua")):
             assert (root / "etc/slurm" / name).read_text() == Path(applied["files"][var]).read_text()
     assert 'SLURMD_OPTIONS="-N gpu-n1"' in (node / "etc/default/slurmd").read_text()
     assert not (ctl / "etc/default/slurmd").exists()

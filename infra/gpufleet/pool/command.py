@@ -1,5 +1,5 @@
 """`gpufleet pool -s STACK [--json]`: the pool by state, partition and block, with free whole units;
-`pool up|down` for a simulated stack's local Slurm; `pool clear|blacklist|replace SLOT --reason WHY`
+`pool up|down` for a simulated stack's local Slurm; `pool units` (how to submit whole units on Slurm); `pool clear|blacklist|replace SLOT --reason WHY`
 (journaled day-two changes, `gpufleet.daytwo.lifecycle`).
 
 The view (`summarize`) is pure: a PoolState and the plan in, a JSON-ready document out.
@@ -180,6 +180,37 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
     took = local.up(spec, plan)
     click.echo(f"local Slurm of {name}: slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every node "
                f"drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun")
+
+
+@pool.command()
+@stack_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
+@click.pass_context
+def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
+    """How to submit whole units on a Slurm pool: the sbatch options of the three seed modes (one
+    job over all units, independent unit jobs, prefill/decode pools), the shapes Slurm accepts."""
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.slurm.conf import topology_kind
+    from gpufleet.pool.slurm.files import target_slurm_version
+    from gpufleet.pool.slurm.units import render, submit_ways
+
+    name = _stack_of(ctx, stack)
+    project, spec = _context(name)
+    if spec.pool.type != "slurm":
+        raise UsageError(f"stack {name!r} has a {spec.pool.type} pool, not Slurm", field="-s/--stack",
+                         expected="a stack with pool.type slurm (a Kubernetes pool submits through its LocalQueues)")
+    if spec.simulated:  # the local Slurm is the one installed here
+        from gpufleet.pool.slurm.local import slurm_version
+        version = slurm_version()
+    else:
+        version = target_slurm_version(spec, project)
+    ways = submit_ways(spec, build_plan(spec), topology_kind(version))
+    if as_json:
+        click.echo(json.dumps({"stack": name, "slurm_version": version, "ways": [
+            {"mode": w.mode, "partition": w.partition, "units": w.units, "sbatch": list(w.sbatch), "note": w.note}
+            for w in ways]}, indent=2))
+    else:
+        click.echo(render(ways, name))
 
 
 @pool.command()

@@ -14,15 +14,18 @@ those teams), enforced at submission (`EnforcePartLimits=ALL`: a job its partiti
 is refused, not left pending forever). An account is only a claim until slurmdbd checks it, so
 tenants on a Slurm pool need `ops.slurmAccounting`, which turns on associations, limits and QOS.
 
-Every node starts drained with the pending reason (nothing takes work before its gates), weights
-rise by block so Slurm fills low blocks first and keeps whole blocks free, and the topology puts
-each block under one switch (`topology/tree`, Slurm < 23.11) or in one block (`topology/block`,
-23.11 and later), so a unit request (`unit_request_args`) lands inside one block.
+Every node starts drained with the pending reason (nothing takes work before its gates), and the
+topology puts each block under one switch (`topology/tree`, Slurm < 23.11) or in one block
+(`topology/block`, 23.11 and later), so a unit request (`unit_request_args`) lands inside one
+block; job_submit.lua (`gpufleet.pool.slurm.job_submit`) holds every job to that. Nodes carry no
+Weight: the tree plugin's best fit already packs the fullest leaf that fits, and 22.05 makes a
+job's lowest-weight nodes *required* when they alone are too few, which pinned a one-unit job to
+a lone free node of block 0 (seen on the real slurmctld: "switch=block0000 ... required:1") so it
+never started in block 1 once two nodes freed there.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.protocol import PENDING_REASON
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
 from gpufleet.pool.slurm.hostlist import hostlist
+from gpufleet.pool.slurm.job_submit import SWITCH_WAIT_S, job_submit_lua, nodes_for_units
 from gpufleet.spec import ClusterSpec, PartitionMode
 
 TopologyKind = Literal["tree", "block"]
@@ -77,9 +81,13 @@ class SlurmConfig:
     gres_conf: str
     topology_conf: str
     topology: TopologyKind
+    job_submit_lua: str = ""  # JobSubmitPlugins=lua reads it beside slurm.conf
 
     def files(self) -> dict[str, str]:
-        return {"slurm.conf": self.slurm_conf, "gres.conf": self.gres_conf, "topology.conf": self.topology_conf}
+        files = {"slurm.conf": self.slurm_conf, "gres.conf": self.gres_conf, "topology.conf": self.topology_conf}
+        if self.job_submit_lua:
+            files["job_submit.lua"] = self.job_submit_lua
+        return files
 
 
 def parse_version(version: str) -> tuple[int, int]:
@@ -105,13 +113,6 @@ def priority_tiers(partitions: Sequence[PartitionAllocation]) -> dict[str, int]:
         return {p.name: p.priority for p in partitions}
     rank = {v: i + 1 for i, v in enumerate(sorted(set(prios)))}
     return {p.name: rank[p.priority] for p in partitions}
-
-
-def nodes_for_units(plan: ClusterPlan, units: int) -> int:
-    """Nodes the first `units` units of a block span (units are packed from the block's start)."""
-    t = plan.topology
-    whole, rest = divmod(units, t.units_per_block)
-    return whole * t.nodes_per_block + math.ceil(rest * t.unit_gpus / t.gpus_per_node)
 
 
 def _block_slots(plan: ClusterPlan, blocks: Sequence[int]) -> list[str]:
@@ -143,7 +144,8 @@ def generate(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, version: st
     sku = spec.cluster.instance
     kind = topology_kind(version)
     return SlurmConfig(slurm_conf=_slurm_conf(spec, plan, flavour, sku, kind), gres_conf=_gres_conf(plan, flavour, sku),
-                       topology_conf=_topology_conf(plan, kind), topology=kind)
+                       topology_conf=_topology_conf(plan, kind), topology=kind,
+                       job_submit_lua=job_submit_lua(plan, kind))
 
 
 def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str]:
@@ -156,10 +158,15 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         f"TopologyPlugin=topology/{kind}",
         "ReturnToService=1",  # a drained node stays drained across restarts: only gpufleet resumes it
         "EnforcePartLimits=ALL",  # refuse at submission what a partition never takes (size, time, accounts)
+        "JobSubmitPlugins=lua",  # job_submit.lua: whole units only, one block each (gpufleet.pool.slurm.job_submit)
+        f"SchedulerParameters=max_switch_wait={SWITCH_WAIT_S}",  # the plugin's --switches wait, not the 300 s default
         *_accounting(spec, flavour),
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
         "InactiveLimit=0",
+        # gpufleet configures no MTA, and Slurm's /bin/mail is absent on AL2023 and Debian minimal
+        # ("error: Configured MailProg is invalid" at every start): --mail-type is accepted and dropped
+        "MailProg=/bin/true",
         "MinJobAge=300",
         "KillWait=30",
     ]
@@ -242,8 +249,11 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
             if flavour.node_addresses is not None:
                 addresses = ",".join(flavour.node_addresses[n] for n in names)
                 where = f" NodeHostname={hostlist(names)} NodeAddr={addresses} Port={ports}"
-        lines.append(f"NodeName={hostlist(names)}{where} CPUs={sku.vcpus} RealMemory={memory_mb} "
-                     f"Gres=gpu:{gpu_type}:{sku.gpus} Weight={block.id + 1} Feature={block_name(block.id)} "
+        cpus = f"CPUs={sku.vcpus}"
+        if sku.cores_per_socket:
+            cpus += f" Sockets={sku.sockets} CoresPerSocket={sku.cores_per_socket} ThreadsPerCore={sku.threads_per_core}"
+        lines.append(f"NodeName={hostlist(names)}{where} {cpus} RealMemory={memory_mb} "
+                     f"Gres=gpu:{gpu_type}:{sku.gpus} Feature={block_name(block.id)} "
                      f'State=DRAIN Reason="{PENDING_REASON}"')
     lines.append("")
     tiers = priority_tiers(plan.partitions)
@@ -282,10 +292,21 @@ def _topology_conf(plan: ClusterPlan, kind: TopologyKind) -> str:
         key = "BlockName" if kind == "block" else "SwitchName"
         lines.append(f"{key}={block_name(block.id)} Nodes={names}")
     if kind == "block":
-        lines.append(f"BlockSizes={plan.topology.nodes_per_block}")
+        lines.append(f"BlockSizes={','.join(str(n) for n in block_sizes(plan))}")
     elif len(plan.blocks) > 1:
         lines.append(f"SwitchName=fabric Switches={hostlist([block_name(b.id) for b in plan.blocks])}")
     return "\n".join(lines) + "\n"
+
+
+def block_sizes(plan: ClusterPlan) -> list[int]:
+    """topology/block's BlockSizes: the plan's block (the base block) and each power-of-two
+    aggregate of it that the cluster holds (Slurm accepts only those), so a job of whole blocks fits."""
+    npb, blocks = plan.topology.nodes_per_block, max(1, plan.topology.blocks)
+    sizes, k = [], 1
+    while k <= blocks:
+        sizes.append(npb * k)
+        k *= 2
+    return sizes
 
 
 def unit_request_args(plan: ClusterPlan, partition: str, units: int, kind: TopologyKind) -> list[str]:

@@ -32,7 +32,7 @@ def target_slurm_version(spec: ClusterSpec, project: Project | None = None) -> s
 
 def write_slurm_config(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, controller_ip: str,
                        *, controller_host: str | None = None) -> dict[str, str]:
-    """Write slurm.conf, gres.conf and topology.conf under `<state dir>/slurm-config/` (each file
+    """Write slurm.conf, gres.conf, topology.conf and job_submit.lua under `<state dir>/slurm-config/` (each file
     atomically) for the controller at `controller_ip` (Pulumi's `slurmControllerIp`); return the
     extravars of the `slurm` role."""
     version = target_slurm_version(spec, project)
@@ -45,5 +45,6 @@ def write_slurm_config(spec: ClusterSpec, plan: ClusterPlan, project: Project, s
     for name, text in config.files().items():
         write_atomic(paths[name], text)
     return {"slurm_version": version, "slurm_conf_file": str(paths["slurm.conf"]),
-            "slurm_gres_conf_file": str(paths["gres.conf"]), "slurm_topology_conf_file": str(paths["topology.conf"])}
+            "slurm_gres_conf_file": str(paths["gres.conf"]), "slurm_topology_conf_file": str(paths["topology.conf"]),
+            "slurm_job_submit_lua_file": str(paths["job_submit.lua"])}
 
