@@ -139,7 +139,8 @@ def test_preflight_playbook_on_a_gpu_less_host_quarantines_with_the_missing_tool
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     b = B.read_bundle(tmp_path / "bundles" / "localhost")
     assert b.problems == () and b.manifest_problem is None and b.manifest.collected_by == "preflight.yml"
-    assert set(b.manifest.files) == set(B.BUNDLE_FILES) - {B.NCCL_INTRA_JSON}
+    assert set(b.manifest.files) == set(B.BUNDLE_FILES)  # the -J file too (issue 19: BUNDLE.md's promise kept)
+    assert b.manifest.files[B.NCCL_INTRA_JSON].exit_code == 3 and "no -J output" in b.files[B.NCCL_INTRA_JSON]
     rec = b.manifest.files[B.DCGM_DIAG]
     assert rec.command == "dcgmi diag -r 2 -j" and rec.exit_code == 127 and rec.ended >= rec.started
     collected = json.loads(b.files[B.VERSIONS])

@@ -344,3 +344,21 @@ def test_an_unreadable_json_row_makes_the_intra_check_a_retest():
     doc["results"][0]["out_of_place"]["nwrong"] = "N/A"
     ev = _ev({B.NCCL_INTRA_JSON: _dump(doc), B.NCCL_INTRA: read_real("nccl_all_reduce_perf__2x_p5__aws_readme.txt")})
     assert "unreadable-nccl-all-reduce-intra" in _codes(check_readable(ev, P5S))
+
+
+def test_an_unreadable_link_value_is_a_retest_not_a_link_down():
+    from gpufleet.gates.checks.fabric import check_nvlink
+    text = read_real("nvidia_smi_nvlink_s__h100_drv590__nvidia_gpu_exporter_capture.txt")
+    first_link = next(ln for ln in text.splitlines() if "Link 0:" in ln)
+    garbled = text.replace(first_link, first_link.split(":")[0] + ": <garbled>", 1)
+    res = check_nvlink(_ev({B.NVLINK_S: garbled}), P5S)
+    assert [(r.verdict, r.reason_code) for r in res] == [(Verdict.REMEDIATE, "unreadable-nvidia-smi-nvlink-s")]
+
+
+def test_an_efa_block_without_a_domain_is_a_retest_not_efa_missing():
+    from gpufleet.gates.checks.efa_nccl import check_efa
+    text = read_real("fi_info_p_efa_t_FI_EP_RDM__p4d_24xlarge__aws_ec2_user_guide.txt")
+    dom = next(ln for ln in text.splitlines() if "domain:" in ln)
+    res = check_efa(_ev({B.FI_INFO: text.replace(dom + "\n", "", 1)}), GateSettings(instance_type="p4d.24xlarge"))
+    assert {(r.check_id, r.reason_code) for r in res} == {("efa.count", "unreadable-fi_info-efa"),
+                                                           ("efa.provider", "unreadable-fi_info-efa")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpufleet.gates import baseline, bundle as B
 from gpufleet.gates.checks.common import P, Q, W, absent_tool, ref, result
 from gpufleet.gates.checks.evidence import NodeEvidence
+from gpufleet.gates.checks.readable import source_unreadable
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, not_collected
 
@@ -19,9 +20,14 @@ def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     fi_absent = absent_tool(ev, "efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))
     lspci_absent = absent_tool(ev, "efa.count", "Q", n, B.LSPCI_EFA, ref(28))
     fi = None if fi_absent is not None else fi  # an absent tool counts nothing
+    if fi is not None and (unread := source_unreadable(ev, "efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO,
+                                                       research_ref=ref(29))) is not None:
+        fi, fi_absent = None, unread  # a block in no known shape counts nothing: retest, not "EFA missing"
     lspci = None if lspci_absent is not None else lspci
     if fi is None and lspci is None:
         count = lspci_absent or absent_tool(ev, "efa.count", "Q", n, B.FI_INFO, ref(28))
+        if count is None and fi_absent is not None and (fi_absent.reason_code or "").startswith("unreadable-"):
+            count = fi_absent.model_copy(update={"check_id": "efa.count", "expected": str(n), "research_ref": ref(28)})
         return [count or not_collected("efa.count", "Q", n, B.FI_INFO, ref(28)),
                 fi_absent or not_collected("efa.provider", "Q", "provider efa, FI_EP_RDM", B.FI_INFO, ref(29))]
     counts = {k: v for k, v in (("fi_info", fi.devices if fi else None), ("lspci", lspci.efa_devices if lspci else None))

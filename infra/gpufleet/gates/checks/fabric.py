@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.common import P, Q, R, absent_tool, ref, result
 from gpufleet.gates.checks.evidence import NodeEvidence
-from gpufleet.gates.checks.readable import unreadable_result
+from gpufleet.gates.checks.readable import source_unreadable, unreadable_result
 from gpufleet.gates.parsers import nvidia_smi, system
 from gpufleet.gates.parsers.common import first_line
 from gpufleet.gates.settings import GateSettings
@@ -20,6 +20,8 @@ def check_nvlink(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         return [not_collected(cid, sev, expected, B.NVLINK_S, rref)]
     if (absent := absent_tool(ev, cid, sev, expected, B.NVLINK_S, rref)) is not None:
         return [absent]
+    if (unread := source_unreadable(ev, cid, sev, expected, B.NVLINK_S, research_ref=rref)) is not None:
+        return [unread]  # a link value in no known shape is not a link down
     st = ev.nvlink
     bad = {g.index: f"{g.active}/{s.sku.nvlinks_per_gpu}" for g in st.gpus if g.active != s.sku.nvlinks_per_gpu}
     if len(st.gpus) != s.sku.gpus or bad:
