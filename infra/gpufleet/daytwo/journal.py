@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import gpufleet
 from gpufleet.daytwo.state import DayTwoState, apply, fold
 from gpufleet.errors import GpufleetError
+from gpufleet.masking import mask
 from gpufleet.rollout.backends import S3JournalStore
 from gpufleet.rollout.journal import KILL_ENV, JournalStore, LocalJournalStore, _json_default
 
@@ -55,7 +56,7 @@ class DayTwoJournal:
         if self.clock is not None:
             stamped.setdefault("clock", self.clock().isoformat())
         apply(self.state, stamped)
-        self.store.append(stamped["seq"], json.dumps(stamped, separators=(",", ":"), default=_json_default))
+        self.store.append(stamped["seq"], json.dumps(mask(stamped), separators=(",", ":"), default=_json_default))
         self.appended += 1
         if self.on_append is not None:
             self.on_append(self.appended)
