@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
 from gpufleet.durable import write_atomic
+from gpufleet.masking import mask
 from gpufleet.errors import PoolError
 from gpufleet.gates.admission import AdmissionRecord
 from gpufleet.pool import transitions
@@ -211,7 +212,7 @@ class SimPool:
 def _dump(node: PoolNode) -> dict[str, Any]:
     raw = asdict(node)
     raw["state"] = node.state.value
-    return raw
+    return mask(raw)  # a --reason or an alert's text may quote a secret
 
 
 def _node(raw: dict[str, Any] | None) -> PoolNode | None:
