@@ -8,15 +8,20 @@ read back the way an operator would (`squeue`, `scontrol show job`, the job's ow
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import time
 
 import pytest
 
+from gpufleet.plan import build_plan
 from gpufleet.pool.slurm.job_submit import SWITCH_WAIT_S
+from gpufleet.pool.slurm.local import LocalSlurm
 from gpufleet.pool.slurm.units import submit_ways
 
-from .conftest import Cluster
+from .conftest import Cluster, small_spec
 
 UNIT_MESSAGE = "partition train takes whole units of 10 GPUs"
 
@@ -179,3 +184,32 @@ def test_a_fragmented_unit_job_still_waits_past_slurms_300_s_default(cluster: Cl
     state, nodes = _wait_state(cluster, job, "RUNNING")
     assert state == "RUNNING" and sorted(_nodes(cluster, nodes)) == [cluster.plan.nodes[3].name,
                                                                       cluster.plan.nodes[4].name]
+
+
+def test_the_health_check_fails_without_slurmd_and_on_nodes_slurm_drained(tmp_path):
+    """Item 5: slurmctld alone still lists every node (drained, pending gates); that is no pool."""
+
+    spec = small_spec()
+    plan = build_plan(spec)
+    names = [n.name for n in plan.nodes]
+    slurm = LocalSlurm(tmp_path)
+    try:
+        slurm.up(spec, plan, with_nodes=False)
+        problems = slurm.problems(names)
+        assert problems and f"15 of 15 node(s) without a running slurmd: {names[0]}" in problems[0], problems
+        slurm.up(spec, plan)
+        assert slurm.problems(names) == []  # every node drained as pending gates: healthy, gpufleet's state
+        env = slurm.cli().env()
+        subprocess.run(["scontrol", "update", f"NodeName={names[3]}", "State=DRAIN", "Reason=Kill task failed"],
+                       env=env, check=True, timeout=20)
+        assert any("1 of 15 node(s) drained by Slurm itself: " + names[3] in p and "Kill task failed" in p
+                   for p in slurm.problems(names)), slurm.problems(names)
+        pid = int((tmp_path / "run" / f"slurmd-{names[7]}.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not any("without a running slurmd: " + names[7] in p for p in slurm.problems(names)):
+            assert time.monotonic() < deadline, slurm.problems(names)
+            time.sleep(0.2)
+    finally:
+        slurm.down()
+    assert slurm.problems(names) == ["slurmctld is not running"]

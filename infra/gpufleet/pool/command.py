@@ -172,11 +172,12 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
     local, spec = _local_slurm(name)
     plan = build_plan(spec)
     if local.running() and not clean:
-        states = local.health()
-        if set(states) == {n.name for n in plan.nodes}:
-            click.echo(f"local Slurm of {name}: already up with {len(states)} nodes (--clean restarts it)\n"
+        problems = local.problems([n.name for n in plan.nodes])
+        if not problems:
+            click.echo(f"local Slurm of {name}: already up with {len(plan.nodes)} nodes (--clean restarts it)\n"
                        f"  export SLURM_CONF={local.conf_path}")
             return
+        click.echo(f"local Slurm of {name} is unhealthy ({'; '.join(problems)}): restarting it clean", err=True)
     took = local.up(spec, plan)
     click.echo(f"local Slurm of {name}: slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every node "
                f"drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun")

@@ -141,6 +141,20 @@ class LocalSlurm:
                 states[name.strip()] = state.strip()
         return states
 
+    def problems(self, nodes: Sequence[str]) -> list[str]:
+        """What keeps this cluster from serving `nodes` (the plan's), empty when healthy: slurmctld
+        down, a node Slurm lacks or that does not answer, its slurmd gone, a node Slurm itself
+        drained or downed (gpufleet's own drains, pending gates or quarantine, are its state, not a fault)."""
+        if not self.running():
+            return ["slurmctld is not running"]
+        try:
+            out = self.cli(timeout_s=5).run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
+        except PoolError as exc:
+            return [f"slurmctld does not answer: {exc}"]
+        rows = {ln.split("|")[0]: ln.split("|", 2)[1:] for ln in out.splitlines() if ln.count("|") >= 2}
+        alive = {n for n in nodes if _alive(_read_pid(self.root / "run" / f"slurmd-{n}.pid"))}
+        return health_problems(nodes, {n: (state, reason) for n, (state, reason) in rows.items()}, alive)
+
     def running(self) -> bool:
         pid = self.root / "run" / "slurmctld.pid"
         return pid.is_file() and _alive(_read_pid(pid))
@@ -190,6 +204,23 @@ class LocalSlurm:
             if pid and _alive(pid) and _is_slurm(pid):
                 pids.append(pid)
         return pids
+
+
+def health_problems(nodes: Sequence[str], rows: Mapping[str, tuple[str, str]], slurmd_alive: set[str]) -> list[str]:
+    """Pure: the plan's `nodes` against sinfo's (state, reason) per node and the slurmd that run."""
+    missing = [n for n in nodes if n not in rows]
+    dead = [n for n in nodes if n not in slurmd_alive]
+    silent = [n for n in nodes if n in rows and (rows[n][0].endswith("*") or rows[n][0].startswith(("down", "unk")))]
+    faulted = [n for n in nodes if n in rows and rows[n][0].startswith(("drain", "down", "fail"))
+               and not rows[n][1].startswith("gpufleet") and n not in silent]
+    out = []
+    for what, names in (("not in Slurm", missing), ("without a running slurmd", dead), ("not responding", silent),
+                        ("drained by Slurm itself", faulted)):
+        if names:
+            reason = f" ({rows[names[0]][1]})" if what.startswith("drained") else ""
+            out.append(f"{len(names)} of {len(nodes)} node(s) {what}: {', '.join(names[:3])}"
+                       f"{' ...' if len(names) > 3 else ''}{reason}")
+    return out
 
 
 def slurm_version() -> str:
