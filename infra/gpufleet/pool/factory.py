@@ -61,6 +61,12 @@ def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launc
             if not local.running():
                 raise PoolError(f"the local Slurm of stack {stack!r} is not running; start it with "
                                 f"`gpufleet pool up -s {stack}`")
+            from gpufleet.plan import build_plan
+
+            problems = local.problems([n.name for n in (plan or build_plan(spec)).nodes])
+            if problems:  # slurmctld alone answers for nodes whose slurmd are gone: that is no pool
+                raise PoolError(f"the local Slurm of stack {stack!r} is unhealthy: {'; '.join(problems)}; restart it "
+                                f"with `gpufleet pool up -s {stack} --clean`")
             return SlurmPool(local.cli(), version=slurm_version(), set_node_addresses=False,
                              failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)
         return SlurmPool(real_slurm_cli(spec, project, stack, outputs), version=target_slurm_version(spec, project),
