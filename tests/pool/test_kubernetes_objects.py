@@ -9,26 +9,26 @@ rules that read `oldSelf` only apply to updates and are skipped); core kinds aga
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 
 from gpufleet.bom import load_bom, resolve_bom_path
 from gpufleet.program.capture import Capture
 from gpufleet.configure.nccl_env import nccl_env_for
 from gpufleet.pool.kubernetes.monitoring_manifests import KUBE_PROMETHEUS_STACK
 from gpufleet.pool.kubernetes import manifests as m
+from gpufleet.pool.kubernetes import queues as q
+from gpufleet.pool.kubernetes.nodes import desired_labels
 from gpufleet.pool.kubernetes import versions as v
-from gpufleet.pool.protocol import BLOCK_LABEL, GATE_TAINT, PENDING_TAINT_VALUE, QUARANTINE_TAINT
+from gpufleet.pool.protocol import (BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, PENDING_TAINT_VALUE, QUARANTINE_TAINT,
+                                    NodeState, PoolNode)
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "fixtures" / "schemas" / "kueue-v0.19.2"
-KUEUE_GROUP = "kueue.x-k8s.io"
+from .kueue_schema import KUEUE_GROUP, SCHEMAS, CelViolation, validate_kueue
+from .kueue_schema import strict  # noqa: F401  (tests/ops/test_monitoring_k8s.py imports it from here)
+
 CORE_KINDS = {"Namespace", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim"}
 # Where each chart takes the tolerations of the pods it runs (the charts' own values.yaml), and
 # whether those pods must run before admission.
@@ -40,76 +40,6 @@ CHART_TOLERATIONS = {
     "aws-fsx-csi-driver": ["node.tolerations", "controller.tolerations"],
     "kube-prometheus-stack": ["prometheus-node-exporter.tolerations"],  # gpufleet.pool.kubernetes.monitoring_manifests
 }
-
-
-@lru_cache(maxsize=None)
-def crd_schema(kind: str, version: str) -> dict[str, Any]:
-    for path in SCHEMAS.glob("*.yaml"):
-        crd = yaml.safe_load(path.read_text())
-        if crd["spec"]["names"]["kind"] == kind:
-            served = {ver["name"]: ver for ver in crd["spec"]["versions"] if ver["served"]}
-            assert version in served, f"{kind} {version} is not served by Kueue v0.19.2 (served: {sorted(served)})"
-            return strict(served[version]["schema"]["openAPIV3Schema"])
-    raise AssertionError(f"no CRD for {kind} in {SCHEMAS}")
-
-
-def strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with unknown fields refused wherever it lists properties (the API server prunes them)."""
-    out = copy.deepcopy(schema)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node \
-                    and not node.get("x-kubernetes-preserve-unknown-fields"):
-                node["additionalProperties"] = False
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    walk(out)
-    return out
-
-
-class CelViolation(AssertionError):
-    pass
-
-
-@lru_cache(maxsize=None)
-def cel_program(rule: str):
-    env = celpy.Environment()
-    return env.program(env.compile(rule))
-
-
-def cel_violations(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
-    """Every CEL rule of the schema, evaluated where the object has a value, as the API server does on create."""
-    out = []
-    for check in schema.get("x-kubernetes-validations", []):
-        if "oldSelf" in check["rule"]:
-            continue
-        result = cel_program(check["rule"]).evaluate({"self": celpy.json_to_cel(value)})
-        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
-            out.append(f"{path or '<root>'}: {check.get('message', check['rule'])}")
-    if isinstance(value, dict):
-        extra = schema.get("additionalProperties")
-        for key, sub in value.items():
-            sub_schema = schema.get("properties", {}).get(key, extra if isinstance(extra, dict) else None)
-            if sub_schema is not None:
-                out += cel_violations(sub_schema, sub, f"{path}.{key}")
-    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, sub in enumerate(value):
-            out += cel_violations(schema["items"], sub, f"{path}[{i}]")
-    return out
-
-
-def validate_kueue(obj: dict[str, Any]) -> None:
-    group, version = obj["apiVersion"].split("/")
-    assert group == KUEUE_GROUP
-    schema = crd_schema(obj["kind"], version)
-    jsonschema.Draft7Validator(schema).validate(obj)
-    violations = cel_violations(schema, obj)
-    if violations:
-        raise CelViolation("; ".join(violations))
 
 
 def k8s_objects(cap) -> list[dict[str, Any]]:
@@ -169,8 +99,8 @@ def objs(prod) -> list[dict[str, Any]]:
 def test_every_kueue_object_is_valid_under_its_v0_19_2_crd(objs):
     kueue = [o for o in objs if o["apiVersion"].startswith(KUEUE_GROUP + "/")]
     assert {o["apiVersion"] for o in kueue} == {"kueue.x-k8s.io/v1beta2"}
-    assert {o["kind"] for o in kueue} == {"Topology", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue",
-                                          "LocalQueue"}
+    assert {o["kind"] for o in kueue} == {"Topology", "ResourceFlavor", "WorkloadPriorityClass", "Cohort",
+                                          "ClusterQueue", "LocalQueue"}
     for obj in kueue:
         validate_kueue(obj)
 
@@ -204,6 +134,10 @@ def test_the_crds_cel_rules_are_enforced(objs):
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] = 8
     with pytest.raises(CelViolation, match="borrowingLimit must be nil when cohort is empty"):
         validate_kueue(cq)
+    cq = copy.deepcopy(of_kind(objs, "ClusterQueue")[0])
+    cq["spec"]["preemption"]["reclaimWithinCohort"] = "Never"  # while borrowWithinCohort preempts: refused
+    with pytest.raises(CelViolation):
+        validate_kueue(cq)
 
 
 def test_core_objects_are_valid_kubernetes_objects(prod, objs):
@@ -219,59 +153,89 @@ def test_core_objects_are_valid_kubernetes_objects(prod, objs):
 
 
 def test_each_partition_gets_its_quota_from_the_plan(prod, objs):
+    """prod names no teams: one queue per partition, the operators', with the partition's whole quota."""
     plan = prod.plan
     unit_gpus = plan.topology.unit_gpus
     queues = {o["metadata"]["name"]: o for o in of_kind(objs, "ClusterQueue")}
     assert set(queues) == {p.name for p in plan.partitions}
+    sku = prod.spec.cluster.instance
     for p in plan.partitions:
         (group,) = queues[p.name]["spec"]["resourceGroups"]
-        (flavor,) = group["flavors"]
-        quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+        own = group["flavors"][0]
+        assert own["name"] == m.partition_flavor_name(p.name, sku.name)
+        quota = {r["name"]: r["nominalQuota"] for r in own["resources"]}
         assert gpu_quota(queues[p.name]) == quota[m.GPU] == (p.quota_units if p.quota_units is not None else p.units) * unit_gpus
         assert set(group["coveredResources"]) == set(quota) == {"cpu", "memory", m.GPU, m.EFA}
-        sku = prod.spec.cluster.instance
         assert quota["cpu"] * sku.gpus >= quota[m.GPU] * sku.vcpus  # the node share per GPU, rounded up
         assert quota[m.EFA] == quota[m.GPU] * sku.efa_interfaces // sku.gpus
+        for other in group["flavors"][1:]:  # the other partitions' blocks, borrowed only
+            assert {r["name"]: r["nominalQuota"] for r in other["resources"]} == \
+                {"cpu": 0, "memory": "0Gi", m.GPU: 0, m.EFA: 0}
     assert sum(gpu_quota(q) for q in queues.values()) <= plan.topology.units * unit_gpus
 
 
-def test_prod_queues_borrow_in_one_cohort_and_reclaim_by_preemption(prod, objs):
+def test_prod_partitions_borrow_through_the_stacks_cohort_and_reclaim_by_preemption(prod, objs):
     assert prod.spec.pool.kueue_cohort_borrowing
-    cohorts = {o["spec"].get("cohortName") for o in of_kind(objs, "ClusterQueue")}
-    assert cohorts == {f"{prod.spec.cluster.name}-gpus"}
+    root = f"{prod.spec.cluster.name}-gpus"
+    cohorts = {o["metadata"]["name"]: o["spec"] for o in of_kind(objs, "Cohort")}
+    assert cohorts == {root: {}, **{f"gpufleet-{p.name}": {"parentName": root} for p in prod.plan.partitions}}
+    flavors = {o["metadata"]["name"] for o in of_kind(objs, "ResourceFlavor")}
     for cq in of_kind(objs, "ClusterQueue"):
-        assert cq["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+        assert cq["spec"]["cohortName"] == f"gpufleet-{cq['metadata']['name']}"
+        assert cq["spec"]["preemption"] == {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                                            "borrowWithinCohort": {"policy": "LowerPriority"}}
+        assert {f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]} == flavors
 
 
-def test_without_borrowing_a_queue_has_no_cohort_and_stays_valid(prod):
-    queue = m.partition_queues(prod.plan, prod.spec.cluster.instance)[0]
-    cq = m.cluster_queue(queue, prod.plan.instance_type, cohort=None)
-    assert "cohortName" not in cq["spec"]
-    validate_kueue(cq)
+def test_without_borrowing_a_queue_lists_only_its_own_partitions_blocks(prod):
+    spec = prod.spec.model_copy(update={"pool": prod.spec.pool.model_copy(update={"kueue_cohort_borrowing": False})})
+    layout = q.queue_layout(spec, prod.plan, spec.cluster.instance)
+    names = [a.name for a in prod.plan.partitions]
+    for queue in layout:
+        cq = q.cluster_queue(queue, names, borrow_across=False)
+        assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == \
+            [m.partition_flavor_name(queue.partition, spec.cluster.instance_type)]
+        assert "borrowWithinCohort" not in cq["spec"]["preemption"]
+        validate_kueue(cq)
+    for cohort in q.cohorts(names, parent=None):
+        assert cohort["spec"] == {}
+        validate_kueue(cohort)
 
 
-def test_one_flavor_placed_by_block_topology(prod, objs):
+def test_a_flavor_per_partition_ties_it_to_its_blocks(prod, objs):
     (topology,) = of_kind(objs, "Topology")
     assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [BLOCK_LABEL, "kubernetes.io/hostname"]
-    (flavor,) = of_kind(objs, "ResourceFlavor")
-    assert flavor["spec"]["topologyName"] == topology["metadata"]["name"]
-    assert flavor["spec"]["nodeLabels"] == {m.INSTANCE_TYPE_LABEL: prod.plan.instance_type}
-    for cq in of_kind(objs, "ClusterQueue"):
-        assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [flavor["metadata"]["name"]]
+    flavors = {o["metadata"]["name"]: o for o in of_kind(objs, "ResourceFlavor")}
+    assert len(flavors) == len(prod.plan.partitions)
+    for p in prod.plan.partitions:
+        flavor = flavors[m.partition_flavor_name(p.name, prod.plan.instance_type)]
+        assert flavor["spec"]["topologyName"] == topology["metadata"]["name"]
+        # the adapter labels a node with its plan partition at admission (pool/kubernetes/nodes.py)
+        assert flavor["spec"]["nodeLabels"] == {m.INSTANCE_TYPE_LABEL: prod.plan.instance_type, PARTITION_LABEL: p.name}
+        # the rollout admits a node with its block's partition (rollout/batch_stages.py), the adapter
+        # writes it as this label: the flavor's nodes are the partition's blocks, and only those
+        labelled = {b.id for b in prod.plan.blocks if desired_labels(PoolNode(
+            slot="s", state=NodeState.ADMITTED, block=b.id, partition=b.partition))[PARTITION_LABEL] == p.name}
+        assert labelled == set(p.blocks)
 
 
 def test_local_queues_priorities_and_namespaces_per_partition(prod, objs):
-    namespaces = {o["metadata"]["name"] for o in of_kind(objs, "Namespace")}
+    namespaces = {o["metadata"]["name"]: o for o in of_kind(objs, "Namespace")}
     queues = {o["metadata"]["name"]: o for o in of_kind(objs, "ClusterQueue")}
     for lq in of_kind(objs, "LocalQueue"):
         ns = lq["metadata"]["namespace"]
-        assert ns in namespaces
+        assert ns in namespaces and lq["metadata"]["name"] == ns
         cq = queues[lq["spec"]["clusterQueue"]]
         assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": ns}}
     assert len(of_kind(objs, "LocalQueue")) == len(prod.plan.partitions)
     priorities = {o["metadata"]["name"]: o["value"] for o in of_kind(objs, "WorkloadPriorityClass")}
     assert priorities == {m.priority_class_name(p.name): p.priority for p in prod.plan.partitions}
-    assert namespaces == {m.SYSTEM_NAMESPACE, *(p.name for p in prod.plan.partitions)}
+    assert set(namespaces) == {m.SYSTEM_NAMESPACE, *(p.name for p in prod.plan.partitions)}
+    for p in prod.plan.partitions:
+        labels = namespaces[p.name]["metadata"]["labels"]
+        assert labels[q.KUEUE_MANAGED_LABEL] == "true" and labels[q.PRIORITY_NAMESPACE_LABEL] == m.priority_class_name(p.name)
+        assert (q.MAX_EXEC_NAMESPACE_LABEL in labels) == (p.mode == "interactive")
+    assert q.KUEUE_MANAGED_LABEL not in namespaces[m.SYSTEM_NAMESPACE]["metadata"]["labels"]
 
 
 def test_nccl_environment_configmap_per_namespace_from_the_bom(prod, objs):
@@ -341,6 +305,9 @@ def test_reserved_namespace_names_are_refused(prod):
     alloc = prod.plan.partitions[0].model_copy(update={"name": "kube-system"})
     with pytest.raises(ConfigError, match="reserved"):
         m.partition_queue(alloc, prod.plan.topology.unit_gpus, prod.spec.cluster.instance)
+    plan = prod.plan.model_copy(update={"partitions": (alloc, *prod.plan.partitions[1:])})
+    with pytest.raises(ConfigError, match="reserved"):
+        q.queue_layout(prod.spec, plan, prod.spec.cluster.instance)
 
 
 def test_every_kubernetes_object_goes_through_the_eks_components_provider(monkeypatch):

@@ -192,3 +192,29 @@ def test_a_job_post_that_landed_before_its_retry_is_adopted_and_a_foreign_job_is
     with pytest.raises(PoolError, match="not this launch's"):
         runner(server, clock).run(objs, SLOTS, timeout_s=600)
     assert list(kube.jobs) == [(NS, "gpufleet-smoke-0a1b2c3d")]  # not ours: not deleted
+
+
+def test_kueue_leaves_the_smoke_job_alone():
+    """With `manageJobsWithoutQueueName: true` Kueue would suspend an unlabelled Job in a namespace its
+    selector matches, and the smoke job, pinned to the canary nodes, would never start: it runs in
+    the system namespace, which the selector does not match, and names no queue or priority class."""
+    import yaml
+
+    from gpufleet.pool.kubernetes.chart_values import kueue_manager_config
+    from gpufleet.pool.kubernetes.manifests import SYSTEM_NAMESPACE, namespace
+    from gpufleet.pool.kubernetes.queues import PRIORITY_LABEL, QUEUE_LABEL
+    from gpufleet.pool.kubernetes.adapter import KubernetesPool, MpiJobLauncher
+
+    config = yaml.safe_load(kueue_manager_config())
+    assert config["manageJobsWithoutQueueName"] is True
+    wanted = config["managedJobsNamespaceSelector"]["matchLabels"]
+    labels = {**namespace(SYSTEM_NAMESPACE)["metadata"]["labels"], "kubernetes.io/metadata.name": SYSTEM_NAMESPACE}
+    assert not all(labels.get(k) == v for k, v in wanted.items())
+    import inspect
+    # the smoke collector runs in the pool's namespace (rollout/kubernetes_smoke.py), the gates' and
+    # patrol's MPIJobs in the launcher's: both the system namespace unless a caller says otherwise
+    for runs_jobs in (KubernetesPool, MpiJobLauncher, IndexedJobRunner):
+        assert inspect.signature(runs_jobs).parameters["namespace"].default == SYSTEM_NAMESPACE
+    objs = smoke_objects(job())
+    for obj in (objs.job, objs.job["spec"]["template"]):
+        assert not {QUEUE_LABEL, PRIORITY_LABEL} & set(obj["metadata"]["labels"])

@@ -1,29 +1,25 @@
 """The whole-unit admission policy on Kueue Workloads: its exact CEL, evaluated with cel-python the way
-the API server evaluates a ValidatingAdmissionPolicy on CREATE (variables in order, then every
-validation; a false one denies with its message or messageExpression), against Workloads built to
+the API server evaluates a ValidatingAdmissionPolicy on CREATE (tests/pool/admission_cel.py), against Workloads built to
 Kueue's v1beta2 Workload API; and the objects the Pulumi program registers, under mocks.
 
-The one function outside cel-python's built-ins is `sum()` from the Kubernetes CEL list library
-(CEL has no fold); `k8s_sum` binds it with the library's meaning (sum of a list of ints, 0 when
-empty). A pod template is checked against the Kubernetes OpenAPI schema (kubernetes-validate);
+A pod template is checked against the Kubernetes OpenAPI schema (kubernetes-validate);
 the rest of a Workload follows Kueue's v1beta2 types (`PodSet.count`, `PodSet.template`,
 `PodSet.topologyRequest.{required, podSetSliceRequiredTopology, podSetSliceSize, podSetGroupName}`).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
-import celpy
 import kubernetes_validate
 import pytest
-from celpy import celtypes
 
 from gpufleet.plan.topology import build_topology
 from gpufleet.pool.kubernetes import unit_policy as up
 from gpufleet.pool.kubernetes.manifests import GPU, SYSTEM_NAMESPACE
 from gpufleet.pool.protocol import BLOCK_LABEL
+
+from .admission_cel import admit
 
 K8S_VERSION = "1.33"
 SHARED = build_topology("t", 1000, 10, 8, 0.0)[0]  # the seed: 10-GPU units on 8-GPU nodes, 5-node blocks
@@ -31,38 +27,9 @@ ALIGNED = build_topology("t", 1024, 16, 8, 0.0)[0]  # 2-node units
 ONE_NODE = build_topology("t", 1024, 8, 8, 0.0)[0]  # a unit is a node
 
 
-def k8s_sum(values: celtypes.ListType) -> celtypes.IntType:
-    total = celtypes.IntType(0)
-    for v in values:
-        total = total + v
-    return total
-
-
-@lru_cache(maxsize=None)
-def program(expression: str):
-    env = celpy.Environment()
-    return env.program(env.compile(expression), functions={"sum": k8s_sum})
-
-
 def create(policy: dict[str, Any], workload: dict[str, Any]) -> list[str]:
-    """The API server's answer to creating `workload`: the messages of the failed validations ([]: admitted).
-    An evaluation error raises (with failurePolicy Fail the server would deny it without a useful message)."""
-    variables: dict[celtypes.StringType, Any] = {}
-    activation: dict[str, Any] = {"object": celpy.json_to_cel(workload)}
-    for var in policy["spec"]["variables"]:
-        activation["variables"] = celtypes.MapType(variables)
-        variables[celtypes.StringType(var["name"])] = program(var["expression"]).evaluate(activation)
-    activation["variables"] = celtypes.MapType(variables)
-    denied = []
-    for rule in policy["spec"]["validations"]:
-        verdict = program(rule["expression"]).evaluate(activation)
-        assert isinstance(verdict, celtypes.BoolType), (rule["expression"], verdict)
-        if not verdict:
-            if "messageExpression" in rule:
-                denied.append(str(program(rule["messageExpression"]).evaluate(activation)))
-            else:
-                denied.append(rule["message"])
-    return denied
+    """Creating `workload`: the messages of the failed validations ([]: admitted)."""
+    return admit(policy, workload)
 
 
 def pod_set(name: str, count: int, gpus: int | str | None, *, limits_only: bool = False, required: str | None = None,
@@ -205,8 +172,10 @@ def test_the_binding_covers_the_partition_namespaces_only():
 
 def test_the_program_registers_the_policy_for_the_plans_unit_and_partitions(full_capture):
     prod = full_capture("prod")
-    (pol,) = prod.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
-    (bind,) = prod.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    (pol,) = [r for r in prod.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+              if r.inputs["metadata"]["name"] == up.POLICY]
+    (bind,) = [r for r in prod.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+               if r.inputs["metadata"]["name"] == up.POLICY]
     want_policy, want_binding = up.whole_unit_policy(prod.plan.topology, [p.name for p in prod.plan.partitions])
     assert pol.inputs["spec"] == want_policy["spec"] and bind.inputs["spec"] == want_binding["spec"]
     assert pol.inputs["metadata"]["name"] == up.POLICY

@@ -15,6 +15,7 @@ import yaml
 
 from gpufleet.pool.kubernetes.monitoring_manifests import dcgm_exporter_counter_values
 from gpufleet.pool.kubernetes.manifests import GPU, INSTANCE_TYPE_LABEL, gate_tolerations
+from gpufleet.pool.kubernetes.queues import KUEUE_MANAGED_LABEL
 
 KUEUE_FRAMEWORKS = ("batch/job", "kubeflow.org/mpijob")
 
@@ -25,15 +26,19 @@ def _instance_affinity(instance_type: str) -> dict[str, Any]:
 
 
 def kueue_manager_config() -> str:
-    """Kueue's Configuration: only Jobs with a queue label are managed (gate MPIJobs carry none and
-    run on pending nodes outside any quota); hugepages requests are not quota-counted (EFA jobs
-    ask for them; no ClusterQueue covers them)."""
+    """Kueue's Configuration: in the queue namespaces (`gpufleet.io/kueue-managed=true`) every Job is
+    Kueue's, queue label or not (one without stays suspended; the submission policy refuses it
+    first, saying what to add); elsewhere only labelled Jobs are, so the gates' MPIJobs and the
+    smoke job in gpufleet-system, which carry none and run pinned to nodes before or outside
+    admission, are left alone. Hugepages requests are not quota-counted (EFA jobs ask for them;
+    no ClusterQueue covers them)."""
     return yaml.safe_dump({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"}, "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
-        "manageJobsWithoutQueueName": False,
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchLabels": {KUEUE_MANAGED_LABEL: "true"}},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": ["hugepages-"]},
     }, sort_keys=True)

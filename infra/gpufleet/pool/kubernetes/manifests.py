@@ -2,13 +2,14 @@
 
 Pure functions (no Pulumi, no I/O), so the component only registers what these return and the
 tests can validate each object against its CRD schema. Why these shapes (DESIGN.md sections 5, 9):
-- one `ResourceFlavor` for the instance type with `topologyName`, and a `Topology` whose levels
-  are the admission block label then the hostname: Kueue's topology-aware scheduling packs a
-  workload into one block, without a flavor per block;
-- the block level is the `node-restriction.kubernetes.io/` label the adapter sets at admission
-  (a kubelet cannot set it on itself), so a node that has not passed its gates is in no block;
-- a `ClusterQueue` per partition with its quota in GPUs (and the node share of CPU, memory and
-  EFA devices that goes with them), in one cohort when the stack allows borrowing.
+- a `ResourceFlavor` per partition whose node labels are the instance type and the partition label
+  the adapter sets at admission (a node's partition is the plan's owner of its block), with
+  `topologyName`, and a `Topology` whose levels are the admission block label then the hostname:
+  a partition's workloads land only on its own blocks, and Kueue's topology-aware scheduling packs
+  each into one block, without a flavor per block;
+- the block and partition levels are `node-restriction.kubernetes.io/` labels (a kubelet cannot
+  set them on itself), so a node that has not passed its gates is in no block and no flavor;
+- ClusterQueues, cohorts and namespaces per partition and team: `gpufleet.pool.kubernetes.queues`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpufleet.configure.nccl_env import NcclEnv
 from gpufleet.errors import ConfigError
 from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.kubernetes.versions import KUEUE_API_VERSION
-from gpufleet.pool.protocol import BLOCK_LABEL, GATE_TAINT, QUARANTINE_TAINT
+from gpufleet.pool.protocol import BLOCK_LABEL, GATE_TAINT, PARTITION_LABEL, QUARANTINE_TAINT
 
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
@@ -103,10 +104,17 @@ def topology() -> dict[str, Any]:
             "spec": {"levels": [{"nodeLabel": BLOCK_LABEL}, {"nodeLabel": HOSTNAME_LABEL}]}}
 
 
-def resource_flavor(instance_type: str) -> dict[str, Any]:
+def partition_flavor_name(partition: str, instance_type: str) -> str:
+    return f"{partition}-{flavor_name(instance_type)}"
+
+
+def resource_flavor(instance_type: str, partition: str) -> dict[str, Any]:
+    """The partition's nodes: Kueue adds the node labels to every admitted pod's node selector, so a
+    workload admitted on this flavor can only run on the blocks the plan gave the partition."""
     return {"apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor",
-            "metadata": {"name": flavor_name(instance_type), "labels": dict(MANAGED_BY)},
-            "spec": {"nodeLabels": {INSTANCE_TYPE_LABEL: instance_type}, "topologyName": TOPOLOGY}}
+            "metadata": {"name": partition_flavor_name(partition, instance_type), "labels": dict(MANAGED_BY)},
+            "spec": {"nodeLabels": {INSTANCE_TYPE_LABEL: instance_type, PARTITION_LABEL: partition},
+                     "topologyName": TOPOLOGY}}
 
 
 def workload_priority_class(queue: PartitionQueue) -> dict[str, Any]:
@@ -114,34 +122,6 @@ def workload_priority_class(queue: PartitionQueue) -> dict[str, Any]:
             "metadata": {"name": priority_class_name(queue.partition), "labels": dict(MANAGED_BY)},
             "value": queue.priority,
             "description": f"gpufleet partition {queue.partition} (gpufleet:partitions priority)"}
-
-
-def cluster_queue(queue: PartitionQueue, instance_type: str, cohort: str | None) -> dict[str, Any]:
-    """Without a cohort a queue never exceeds its quota; with one it may borrow idle GPUs, and the
-    lender takes them back by preempting the borrower (reclaimWithinCohort: Any)."""
-    resources = [{"name": "cpu", "nominalQuota": queue.cpu},
-                 {"name": "memory", "nominalQuota": f"{queue.memory_gib}Gi"},
-                 {"name": GPU, "nominalQuota": queue.gpus},
-                 {"name": EFA, "nominalQuota": queue.efa}]
-    spec: dict[str, Any] = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": queue.namespace}},
-        "queueingStrategy": "BestEffortFIFO",
-        "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
-                            "flavors": [{"name": flavor_name(instance_type), "resources": resources}]}],
-        "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Never"},
-    }
-    if cohort is not None:
-        spec["cohortName"] = cohort
-        spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
-                              "borrowWithinCohort": {"policy": "LowerPriority"}}
-    return {"apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue",
-            "metadata": {"name": queue.partition, "labels": dict(MANAGED_BY)}, "spec": spec}
-
-
-def local_queue(queue: PartitionQueue) -> dict[str, Any]:
-    return {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue",
-            "metadata": {"name": queue.partition, "namespace": queue.namespace, "labels": dict(MANAGED_BY)},
-            "spec": {"clusterQueue": queue.partition}}
 
 
 def nccl_configmap(ns: str, instance_type: str, env: NcclEnv) -> dict[str, Any]:

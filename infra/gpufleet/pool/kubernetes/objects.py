@@ -1,7 +1,7 @@
 """The Kubernetes pool as Pulumi components on the EKS provider (`pool.type: kubernetes`).
 
-Only registration lives here: every object's content comes from `manifests` and `chart_values`
-(pure), every version from `versions`. Kueue's objects wait for its chart (the chart installs
+Only registration lives here: every object's content comes from `manifests`, `queues`,
+`team_access`, the two admission policies and `chart_values` (pure), every version from `versions`. Kueue's objects wait for its chart (the chart installs
 the CRDs); the gate MPIJobs wait for nothing here, but the MPI operator that runs them tolerates
 the gate taint like every DaemonSet, because gates run on nodes that are not admitted yet.
 """
@@ -21,7 +21,10 @@ from gpufleet.pool.kubernetes.monitoring import Monitoring, MonitoringConfig, mo
 from gpufleet.plan.model import ClusterPlan, Topology
 from gpufleet.pool.kubernetes import chart_values as values
 from gpufleet.pool.kubernetes import manifests as m
+from gpufleet.pool.kubernetes import queues as q
 from gpufleet.pool.kubernetes import versions as v
+from gpufleet.pool.kubernetes.submission_policy import submission_policy
+from gpufleet.pool.kubernetes.team_access import team_access
 from gpufleet.pool.kubernetes.unit_policy import whole_unit_policy
 from gpufleet.spec import ClusterSpec
 
@@ -60,25 +63,43 @@ def _object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pul
     return pulumi.CustomResource(f"kubernetes:{obj['apiVersion']}:{kind}", name, dict(obj), opts)
 
 
-class Kueue(pulumi.ComponentResource):
-    """Kueue from its chart, the block Topology, one ResourceFlavor, and per partition a
-    WorkloadPriorityClass and a ClusterQueue (LocalQueues live with their namespaces)."""
+def _admission_policy(name: str, policy: dict[str, Any], binding: dict[str, Any], parent: pulumi.Resource,
+                      ) -> tuple[pulumi.CustomResource, pulumi.CustomResource]:
+    """A ValidatingAdmissionPolicy and its binding, created after the policy it names."""
+    pol = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{name}-policy", metadata=policy["metadata"], spec=policy["spec"], opts=pulumi.ResourceOptions(parent=parent))
+    bind = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{name}-binding", metadata=binding["metadata"], spec=binding["spec"],
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[pol]))
+    return pol, bind
 
-    def __init__(self, name: str, instance_type: str, queues: Sequence[m.PartitionQueue], cohort: str | None,
+
+class Kueue(pulumi.ComponentResource):
+    """Kueue from its chart, the block Topology, per partition a ResourceFlavor on its blocks, a
+    WorkloadPriorityClass and a Cohort, and a ClusterQueue per queue (`queues.queue_layout`;
+    LocalQueues live with their namespaces)."""
+
+    def __init__(self, name: str, instance_type: str, queues: Sequence[q.TeamQueue], stack_cohort: str | None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:Kueue", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.release = _release(name, v.KUEUE, values.kueue_values(), child)
         after = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.topology = _object(f"{name}-topology", m.topology(), after)
-        self.flavor = _object(f"{name}-flavor", m.resource_flavor(instance_type),
-                              pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.topology]))
+        partitions = list(q.by_partition(queues))
+        first = {p: qs[0] for p, qs in q.by_partition(queues).items()}
+        self.flavors = [_object(f"{name}-flavor-{p}", m.resource_flavor(instance_type, p),
+                                pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.topology]))
+                        for p in partitions]
+        cohorts = [_object(f"{name}-cohort-{c['metadata']['name']}", c, after)
+                   for c in q.cohorts(partitions, stack_cohort)]
+        for p in partitions:
+            _object(f"{name}-priority-{p}", q.workload_priority_class(p, first[p].priority), after)
         self.cluster_queues: dict[str, pulumi.CustomResource] = {}
-        for q in queues:
-            _object(f"{name}-priority-{q.partition}", m.workload_priority_class(q), after)
-            self.cluster_queues[q.partition] = _object(
-                f"{name}-cq-{q.partition}", m.cluster_queue(q, instance_type, cohort),
-                pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.flavor]))
+        for queue in queues:
+            self.cluster_queues[queue.name] = _object(
+                f"{name}-cq-{queue.name}", q.cluster_queue(queue, partitions, stack_cohort is not None),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.release, *self.flavors, *cohorts]))
         self.register_outputs({"chartVersion": v.KUEUE.version, "clusterQueues": sorted(self.cluster_queues)})
 
 
@@ -110,23 +131,28 @@ class NodeAddons(pulumi.ComponentResource):
 
 
 class PoolNamespace(pulumi.ComponentResource):
-    """A namespace with the job environment ConfigMap and the FSx claim; a partition's also has
-    its LocalQueue. The system namespace holds the gate MPIJobs and the adapter's slot ledger."""
+    """A namespace with the job environment ConfigMap and the FSx claim; a queue's also has its
+    LocalQueue (and a team's, the team's Role). The system namespace holds the gate MPIJobs and the
+    adapter's slot ledger, outside Kueue."""
 
-    def __init__(self, name: str, namespace: str, instance_type: str, nccl: NcclEnv, fsx: FileSystemRef,
-                 queue: m.PartitionQueue | None, kueue: Kueue | None,
+    def __init__(self, name: str, namespace: dict, instance_type: str, nccl: NcclEnv, fsx: FileSystemRef,
+                 queue: q.TeamQueue | None, kueue: Kueue | None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:Namespace", name, None, opts)
-        ns = _object(f"{name}-ns", m.namespace(namespace), pulumi.ResourceOptions(parent=self))
+        ns_name = namespace["metadata"]["name"]
+        ns = _object(f"{name}-ns", namespace, pulumi.ResourceOptions(parent=self))
         inside = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        _object(f"{name}-nccl-env", m.nccl_configmap(namespace, instance_type, nccl), inside)
-        pv, pvc = m.fsx_volume(namespace, fsx.id, fsx.dns_name, fsx.mount_name, fsx.capacity_gib)
+        _object(f"{name}-nccl-env", m.nccl_configmap(ns_name, instance_type, nccl), inside)
+        pv, pvc = m.fsx_volume(ns_name, fsx.id, fsx.dns_name, fsx.mount_name, fsx.capacity_gib)
         volume = _object(f"{name}-fsx-pv", pv, pulumi.ResourceOptions(parent=self))
         _object(f"{name}-fsx-pvc", pvc, pulumi.ResourceOptions(parent=self, depends_on=[ns, volume]))
         if queue is not None and kueue is not None:
-            _object(f"{name}-lq", m.local_queue(queue),
-                    pulumi.ResourceOptions(parent=self, depends_on=[ns, kueue.cluster_queues[queue.partition]]))
-        self.register_outputs({"namespace": namespace})
+            _object(f"{name}-lq", q.local_queue(queue),
+                    pulumi.ResourceOptions(parent=self, depends_on=[ns, kueue.cluster_queues[queue.name]]))
+        if queue is not None and queue.team is not None:
+            for obj in team_access([queue]):
+                _object(f"{name}-{obj['kind'].lower()}", obj, inside)
+        self.register_outputs({"namespace": ns_name})
 
 
 class WholeUnits(pulumi.ComponentResource):
@@ -137,46 +163,55 @@ class WholeUnits(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:WholeUnits", name, None, opts)
         policy, binding = whole_unit_policy(topology, partitions)
-        self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-policy", metadata=policy["metadata"], spec=policy["spec"], opts=pulumi.ResourceOptions(parent=self))
-        self.binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-binding", metadata=binding["metadata"], spec=binding["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.policy]))
+        self.policy, self.binding = _admission_policy(name, policy, binding, self)
         self.register_outputs({"policy": policy["metadata"]["name"], "namespaces": sorted(partitions)})
+
+
+class SubmitThroughQueues(pulumi.ComponentResource):
+    """The admission policy that holds every Job in a queue namespace to its LocalQueue, its
+    partition's priority class and run-time limit (`submission_policy`), and its binding."""
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:pool:SubmitThroughQueues", name, None, opts)
+        policy, binding = submission_policy()
+        self.policy, self.binding = _admission_policy(name, policy, binding, self)
+        self.register_outputs({"policy": policy["metadata"]["name"]})
 
 
 class KubernetesPool(pulumi.ComponentResource):
     """Everything the pool needs inside the cluster, through the EKS component's provider."""
 
-    def __init__(self, name: str, instance_type: str, queues: Sequence[m.PartitionQueue], cohort: str | None,
+    def __init__(self, name: str, instance_type: str, queues: Sequence[q.TeamQueue], stack_cohort: str | None,
                  nccl: NcclEnv, fsx: FileSystemRef, provider: k8s.Provider, topology: Topology,
                  monitoring: MonitoringConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:pool:KubernetesPool", name, None,
                          pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers={"kubernetes": provider})))
         child = pulumi.ResourceOptions(parent=self)
-        self.kueue = Kueue(f"{name}-kueue", instance_type, queues, cohort, child)
+        self.kueue = Kueue(f"{name}-kueue", instance_type, queues, stack_cohort, child)
         self.monitoring = Monitoring(f"{name}-monitoring", monitoring, child)
         self.addons = NodeAddons(f"{name}-addons", instance_type, self.monitoring.counters, child)
-        PoolNamespace(f"{name}-{m.SYSTEM_NAMESPACE}", m.SYSTEM_NAMESPACE, instance_type, nccl, fsx, None, None, child)
-        for q in queues:
-            PoolNamespace(f"{name}-{q.partition}", q.namespace, instance_type, nccl, fsx, q, self.kueue, child)
+        PoolNamespace(f"{name}-{m.SYSTEM_NAMESPACE}", m.namespace(m.SYSTEM_NAMESPACE), instance_type, nccl, fsx,
+                      None, None, child)
+        for queue in queues:
+            PoolNamespace(f"{name}-{queue.name}", q.namespace(queue), instance_type, nccl, fsx, queue, self.kueue, child)
         # after Kueue's chart: the policy names the Workload kind its CRDs install
-        self.whole_units = WholeUnits(f"{name}-whole-units", topology, [q.namespace for q in queues],
+        self.whole_units = WholeUnits(f"{name}-whole-units", topology, [queue.namespace for queue in queues],
                                       pulumi.ResourceOptions(parent=self, depends_on=[self.kueue.release]))
-        self.register_outputs({"namespaces": [m.SYSTEM_NAMESPACE, *(q.namespace for q in queues)],
-                               "cohort": cohort})
+        self.submit = SubmitThroughQueues(f"{name}-submit", child)
+        self.register_outputs({"namespaces": [m.SYSTEM_NAMESPACE, *(queue.namespace for queue in queues)],
+                               "cohort": stack_cohort})
 
 
 def pool_objects(name: str, spec: ClusterSpec, plan: ClusterPlan, storage: Storage, provider: k8s.Provider,
                  opts: pulumi.ResourceOptions | None = None) -> KubernetesPool:
-    """What `build_cluster` calls after the Eks component: queues from the plan, the job
-    environment from the project's BOM, the claim on the Storage component's file system."""
+    """What `build_cluster` calls after the Eks component: queues from the plan and the stack's
+    teams, the job environment from the project's BOM, the claim on the Storage component's file system."""
     sku = spec.cluster.instance
     fs = storage.file_system
     fsx = FileSystemRef(id=fs.id, dns_name=fs.dns_name, mount_name=fs.mount_name,
                         capacity_gib=m.fsx_capacity_gib(plan.storage.capacity_gib, plan.storage.needed_tib))
     bom = load_bom(resolve_bom_path(spec))
     nccl = nccl_env_for(bom, efa=sku.efa_interfaces > 0)
-    cohort = f"{spec.cluster.name}-gpus" if spec.pool.kueue_cohort_borrowing else None
-    return KubernetesPool(name, sku.name, m.partition_queues(plan, sku), cohort, nccl, fsx, provider,
+    stack_cohort = q.stack_cohort_name(spec) if spec.pool.kueue_cohort_borrowing else None
+    return KubernetesPool(name, sku.name, q.queue_layout(spec, plan, sku), stack_cohort, nccl, fsx, provider,
                           plan.topology, monitoring_config(spec, bom, pulumi.get_stack()), opts)
