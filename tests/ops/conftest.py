@@ -37,3 +37,9 @@ def promtool() -> str:
 def serve_args() -> list[str]:
     """Extra `ops serve` options for tests.ops.serving's `served`; a test module overrides it."""
     return []
+
+
+@pytest.fixture
+def serve_env() -> dict[str, str]:
+    """Extra environment for `served`'s `ops serve` process; a test module overrides it."""
+    return {}

@@ -77,11 +77,11 @@ class Served:
 
 
 @pytest.fixture
-def served(fleet_base: Path, tmp_path: Path, serve_args: list[str]) -> Iterator[Served]:
+def served(fleet_base: Path, tmp_path: Path, serve_args: list[str], serve_env: dict[str, str]) -> Iterator[Served]:
     project = copy_project(fleet_base, tmp_path / "project")
     token = write_token(project).read_text().strip()
     port, log = free_port(), tmp_path / "serve.log"
-    env = dict(os.environ, GPUFLEET_ACTOR="ops-test")
+    env = dict(os.environ, GPUFLEET_ACTOR="ops-test", **serve_env)
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from gpufleet.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
                                  "--listen", f"127.0.0.1:{port}", *serve_args], stdout=out, stderr=subprocess.STDOUT, text=True,

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from pydantic import ValidationError
 
 from gpufleet.errors import GpufleetError, LockHeld
-from gpufleet.masking import escape_controls
+from gpufleet.masking import escape_controls, mask
 from gpufleet.monitoring import metrics as m
 from gpufleet.ops.webhook import Notification, Page
 from gpufleet.pool.protocol import NodeState, PoolState
@@ -57,10 +57,11 @@ def exposition(state: PoolState) -> str:
 
 
 class SafeFormatter(logging.Formatter):
-    """Escapes control characters in every log line: an alert name with a newline forges no line."""
+    """Every log line masked and its control characters escaped: an alert name with a newline forges
+    no line, an annotation quoting a secret shows none."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return escape_controls(super().format(record))
+        return escape_controls(mask(super().format(record)))
 
 
 def bearer_ok(header: str | None, token: str | None) -> bool:
