@@ -101,11 +101,14 @@ def outcomes(project: Path, classes_of: dict[str, list[str]]) -> dict:
         if generation == 0 and kind is not None:
             c = per[class_of_slot[slot]]
             c["injected"] += 1
-            missed = instance in admitted and still is not None
-            c["missed" if missed else "caught"] += 1
-            if missed:
+            if instance in admitted:  # in the pool: with its fault (missed) or cleared by the remedy asked for
+                outcome = "missed" if still is not None else "caught"
+            else:  # held back by the gates, or never reached them (a rollout that stopped before its batch)
+                outcome = "caught" if instance in quarantined else "not-reached"
+            c[outcome] += 1
+            if outcome == "missed":
                 c["missed:" + kind] += 1
-        elif kind is None:
+        elif kind is None and (instance in admitted or instance in quarantined):
             healthy += 1
             healthy_quarantined += instance in quarantined
     return {"per": per, "healthy": healthy, "healthy_quarantined": healthy_quarantined, "status": report["status"],
@@ -142,22 +145,25 @@ def print_mix(mix_name: str, r: dict, seeds: int) -> None:
     mix = get_mix(mix_name)
     counted(f"mix {mix_name}: {mix.source}")
     counted(f"  rollouts: {seeds} seeds, status {dict(r['statuses'])}")
-    counted(f"  {'class':<34} {'seen?':<7} {'injected':>8} {'caught':>7} {'missed':>7}  missed as (fault kind: count)")
+    counted(f"  {'class':<34} {'seen?':<7} {'injected':>8} {'caught':>7} {'missed':>7} {'unreached':>9}  "
+            "missed as (fault kind: count)")
     vis = Counter()
     lat = Counter()
     for c in mix.classes:
         got = r["per"].get(c.name, Counter())
         kinds = ", ".join(f"{k[7:]}: {n}" for k, n in sorted(got.items()) if k.startswith("missed:"))
         counted(f"  {c.name:<34} {'yes' if c.visible else 'latent':<7} {got['injected']:>8} {got['caught']:>7} "
-                f"{got['missed']:>7}  {kinds if c.visible else ''}")
+                f"{got['missed']:>7} {got['not-reached']:>9}  {kinds if c.visible else ''}")
         (vis if c.visible else lat).update({k: v for k, v in got.items() if ":" not in k})
-    recall = vis["caught"] / vis["injected"] if vis["injected"] else float("nan")
+    judged = vis["caught"] + vis["missed"]  # a node the rollout never gated is neither
+    recall = vis["caught"] / judged if judged else float("nan")
     fq = r["healthy_q"] / r["healthy"] if r["healthy"] else float("nan")
-    counted(f"  visible at admission: {vis['injected']} injected, {vis['caught']} caught, {vis['missed']} missed: "
-            f"recall {recall:.3f} (goal >= 0.95: {'met' if recall >= 0.95 else 'MISSED'})")
+    counted(f"  visible at admission: {vis['injected']} injected, {vis['caught']} caught, {vis['missed']} missed, "
+            f"{vis['not-reached']} never gated: recall {recall:.3f} = caught / (caught + missed) "
+            f"(goal >= 0.95: {'met' if recall >= 0.95 else 'MISSED'})")
     counted(f"  latent (invisible at admission, counted apart, not in the recall): {lat['injected']} injected, "
             f"{lat['missed']} entered the pool")
-    counted(f"  healthy nodes quarantined: {r['healthy_q']} of {r['healthy']}: false-quarantine rate {fq:.4f} "
+    counted(f"  healthy nodes quarantined: {r['healthy_q']} of {r['healthy']} gated: false-quarantine rate {fq:.4f} "
             f"(goal <= 0.005: {'met' if fq <= 0.005 else 'MISSED'})")
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from gpufleet import catalog
 from gpufleet.gates.launch import LaunchSpec
 from gpufleet.pool.protocol import LaunchResult
-from gpufleet.sim.render import nccl_code
+from gpufleet.sim import nccl_text
 
 if TYPE_CHECKING:
     from gpufleet.sim.fleet import NodeProfile, SimFleet
@@ -107,55 +107,53 @@ def _prefix(kind: str, rank: int) -> str:
     return f"{rank}: " if kind == "slurm" else f"[1,{rank}]<stdout>:"
 
 
+def _opt(argv: Sequence[str], flag: str, default: int) -> int:
+    if flag in argv:
+        i = list(argv).index(flag)
+        if i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+    return default
+
+
 def render_run(kind: str, sku: catalog.InstanceType, profiles: Sequence["NodeProfile"], versions: Mapping[str, str],
-               sizes: Sequence[int], busbw_at) -> str:
-    """The output of one successful all_reduce_perf run over the group (rank 0 prints the table)."""
-    code = nccl_code(versions["nccl"])
-    p0 = _prefix(kind, 0)
-    lines = [f"{p0}# nccl-tests version 2.13.10 nccl-headers={code} nccl-library={code}",
-             f"{p0}# Collective test starting: all_reduce_perf",
-             f"{p0}# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) warmup iters: 5 "
-             "iters: 20 agg iters: 1 validation: 1 graph: 0", f"{p0}#", f"{p0}# Using devices"]
-    for k, p in enumerate(profiles):
-        host = p.who.hostname
-        for g in range(sku.gpus):
-            rank = k * sku.gpus + g
-            lines.append(f"{p0}#  Rank {rank:2d} Group  0 Pid {_pid(host) + g:6d} on {host:>10} device {g:2d} "
-                         f"[0000:{0x53 + 0x10 * g:02x}:00] {sku.gpu_model}")
+               sizes: Sequence[int], busbw_at, argv: Sequence[str] = ()) -> str:
+    """The output of one successful all_reduce_perf run over the group, one rank per GPU: rank 0
+    prints the header, every rank's device line (gathered over MPI), its NCCL_DEBUG lines, the
+    table (nccl-tests 2.19.6, gpufleet.sim.nccl_text); each line under the launcher's prefix."""
     cuda = ".".join(versions["cuda"].split(".")[:2])
-    for k, p in enumerate(profiles):
-        host, rank = p.who.hostname, k * sku.gpus
+    libfabric = ".".join(versions.get("libfabric", "").split("amzn")[0].split(".")[:2])
+    devices = [nccl_text.Device(k * sku.gpus + g, _pid(p.who.hostname) + g, p.who.hostname, g, 0x53 + 0x10 * g,
+                                sku.gpu_model) for k, p in enumerate(profiles) for g in range(sku.gpus)]
+    net: list[str] = []
+    for p in profiles:
+        host = p.who.hostname
         pid = _pid(host)
-        tag = f"{_prefix(kind, rank)}{host}:{pid}:{pid} [0] NCCL INFO"
-        lines.append(f"{tag} NCCL version {versions['nccl']}+cuda{cuda}")
-        if uses_sockets(p):
-            lines += [f"{tag} NET/OFI No eligible providers were found",
-                      f"{tag} NET/Plugin: Could not find: libnccl-net.so.",
-                      f"{tag} NET/Socket : Using [0]ens32:{p.who.private_ip}<0>", f"{tag} Using network Socket"]
+        tag = f"{host}:{pid}:{pid} [0] NCCL INFO"
+        net.append(f"{tag} NCCL version {versions['nccl']}+cuda{cuda}")
+        if uses_sockets(p):  # no usable net plugin: NCCL falls back as in the real 2.28.9 capture
+            net += [f"{tag} NET/Plugin: Could not find: libnccl-net.so", f"{tag} NET/IB : No device found.",
+                    f"{tag} NET/Socket : Using [0]ens32:{p.who.private_ip}<0>", f"{tag} Initialized NET plugin Socket",
+                    f"{tag} Using network Socket"]
         else:
-            lines += [f"{tag} NET/OFI Initializing aws-ofi-nccl {versions['aws_ofi_nccl']}",
-                      f"{tag} NET/OFI Selected provider is efa, fabric is efa-direct (found {sku.efa_interfaces} nics)",
-                      f"{tag} Using network Libfabric"]
-    lines += [f"{p0}#",
-              f"{p0}#                                                              out-of-place                       "
-              "in-place          ",
-              f"{p0}#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
-              "algbw   busbw #wrong",
-              f"{p0}#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
-              "(GB/s)  (GB/s)       "]
+            nics = sku.efa_interfaces // 2 if p.fault == "nic-count-short" else sku.efa_interfaces
+            net += [f"{tag} NET/OFI Initializing aws-ofi-nccl {versions['aws_ofi_nccl']}"
+                    + ("-beta" if p.fault == "plugin-beta" else ""),
+                    f"{tag} NET/OFI Using Libfabric version {libfabric}",
+                    f"{tag} NET/OFI Selected provider is efa, fabric is efa-direct (found {nics} nics)",
+                    f"{tag} Using network Libfabric"]
     ranks = len(profiles) * sku.gpus
-    bus_factor = 2 * (ranks - 1) / ranks
-    total = 0.0
-    for s in sizes:
-        bus = busbw_at(s)
-        alg = bus / bus_factor
-        t = s / (alg * 1e9) * 1e6
-        total += bus
-        lines.append(f"{p0}{s:>12} {s // 4:>13}     float     sum      -1 {t:>8.1f} {alg:>7.2f} {bus:>7.2f} {0:>6} "
-                     f"{t:>8.1f} {alg:>7.2f} {bus:>7.2f} {0:>6}")
-    lines += [f"{p0}# Out of bounds values : 0 OK", f"{p0}# Avg bus bandwidth    : {total / len(sizes):.4f} ",
-              f"{p0}#", f"{p0}# Collective test concluded: all_reduce_perf", ""]
-    return "\n".join(lines)
+    lines = nccl_text.all_reduce(nccl_text.nccl_code(versions["nccl"]), 1, sizes, busbw_at, ranks, devices,
+                                 warmup=_opt(argv, "-w", 1), iters=_opt(argv, "-n", 20))
+    # every rank's NCCL_DEBUG lines come under its own launcher prefix; rank 0 prints the rest
+    out = []
+    net_at = 5 + len(devices)  # the header and the device block (nccl_text.header)
+    for line in lines[:net_at]:
+        out.append(_prefix(kind, 0) + line)
+    for k, p in enumerate(profiles):
+        pfx = _prefix(kind, k * sku.gpus)
+        out += [pfx + n for n in net if n.startswith(p.who.hostname + ":")]
+    out += [_prefix(kind, 0) + line if line else "" for line in lines[net_at:]]
+    return "\n".join(out)
 
 
 LAUNCH_FAILED_S = 30.0  # srun / mpirun give up on a node whose daemon does not answer after ~30 s
@@ -221,7 +219,7 @@ class SimLauncher:
             else:
                 sizes = _sizes(argv)
                 text = render_run(spec.kind, c.sku, profiles, c.versions, sizes,
-                                  lambda s: group_busbw(c.sku, profiles, links, s))
+                                  lambda s: group_busbw(c.sku, profiles, links, s), argv)
                 if took > timeout_s:
                     head = text.split("\n")[:5 + len(profiles) * c.sku.gpus]
                     code, took = 124, timeout_s

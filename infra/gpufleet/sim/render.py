@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from gpufleet import catalog
 from gpufleet.gates import bundle as B
 from gpufleet.gates import synth
 from gpufleet.gates.image import image_runtime
+from gpufleet.sim import nccl_text
 from gpufleet.sim.faults import LATENT
 
 SYNTH_HOST = "ip-10-0-0-1"  # the host name synth prints in kernel and NCCL lines
@@ -57,8 +59,7 @@ def healthy_intra_busbw(sku: catalog.InstanceType) -> float:
 
 def nccl_code(version: str) -> str:
     """NCCL_VERSION_CODE as nccl-tests prints it: 2.27.5 -> 22705."""
-    parts = [int(x) for x in version.split(".")[:3] if x.isdigit()] + [0, 0, 0]
-    return str(parts[0] * 10000 + parts[1] * 100 + parts[2])
+    return str(nccl_text.nccl_code(version))
 
 
 def skewed(version: str) -> str:
@@ -130,6 +131,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
                           intra_busbw=round(busbw, 2), versions=versions, os=look.os)
     files = synth.node_files(node)
     files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
+    files[B.NCCL_INTRA] = nccl_intra(sku, versions, busbw)
     rc: dict[str, int] = {}
     if look.workload_image is not None:
         runtime, present = image_runtime(look.pool), look.fault != "image-missing"
@@ -158,6 +160,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
         files[B.KERNEL_LOG] += _xid_line(xid)
     if look.fault == "xid-79":
         _drop_gpu(files, sku)
+        rc[B.NCCL_INTRA] = 1
     if look.fault == "slow-nvlink":
         files[B.NVLINK_S] = _slow_links(files[B.NVLINK_S])
     if look.systemic == "driver-broken":
@@ -220,6 +223,7 @@ def _with_fabric_health(text: str, nvswitch: bool, fault: str | None) -> str:
             out.append(f"{pad}Health")
             for k, v in _health(fault if bad else None).items():
                 out.append(f"{pad}    {k:<43}: {'N/A' if na else v}")
+            out.append(f"{pad}    {'Partition Assigned':<43}: N/A")  # as the real 580 capture prints it
             continue
         out.append(line)
     return "\n".join(out) + "\n"
@@ -248,13 +252,18 @@ def _fabric_cells(csv: str, fault: str | None) -> str:
 
 
 def _fi_info_for(text: str, libfabric: str, efa: int, short: bool) -> str:
-    """`efa-direct` is a libfabric 2.x fabric (the EFA provider split it out in 2.0); 1.x lists
-    `efa` alone. A NIC-short node lists half its SKU's devices."""
+    """`fi_info -p efa` as libfabric's util/info.c print_short_info prints it. `efa-direct` is a
+    libfabric 2.x fabric (the EFA provider split it out in 2.0); 1.x lists `efa` alone. The
+    provider version is the library's (OFI_VERSION_DEF_PROV). A NIC-short node lists half its
+    SKU's devices."""
     if text.startswith("fi_getinfo"):
         return text
     blocks = text.strip("\n").split("\nprovider: ")
     blocks = [b if b.startswith("provider: ") else "provider: " + b for b in blocks]
-    if not libfabric.split(".")[0].isdigit() or int(libfabric.split(".")[0]) < 2:
+    parts = [int(x) for x in libfabric.split("amzn")[0].split(".")[:3] if x.isdigit()]
+    if len(parts) == 3:  # OFI_VERSION_DEF_PROV (include/ofi.h): major*100+minor . revision*10, as util/info.c prints it
+        blocks = [re.sub(r"version: [0-9.]+", f"version: {parts[0] * 100 + parts[1]}.{parts[2] * 10}", b) for b in blocks]
+    if not parts or parts[0] < 2:
         blocks = [b for b in blocks if "fabric: efa-direct" not in b]
     if short:
         keep = {f"rdmap{16 + d}s{27 + d}-rdm" for d in range(efa // 2)}
@@ -263,7 +272,8 @@ def _fi_info_for(text: str, libfabric: str, efa: int, short: bool) -> str:
 
 
 def _nccl_debug_real(text: str, libfabric: str, efa: int, short: bool) -> str:
-    """aws-ofi-nccl prints the libfabric version it loaded after its own (its init, nccl_net_ofi_init);
+    """aws-ofi-nccl prints the libfabric version it loaded after its own (src/nccl_ofi_net.cpp:
+    "Initializing " PACKAGE_STRING, then "Using Libfabric version %u.%u");
     NCCL names the missing plugin without a trailing period (the real 2.28.9 capture)."""
     out = []
     for line in text.splitlines():
@@ -272,7 +282,8 @@ def _nccl_debug_real(text: str, libfabric: str, efa: int, short: bool) -> str:
             line = line.replace(f"(found {efa} nics)", f"(found {efa // 2} nics)")
         out.append(line)
         if "NET/OFI Initializing aws-ofi-nccl" in line and libfabric:
-            out.append(line.split(" NET/OFI ")[0] + f" NET/OFI Using Libfabric version {libfabric.split('amzn')[0]}")
+            major_minor = ".".join(libfabric.split("amzn")[0].split(".")[:2])  # "%u.%u" of fi_version()
+            out.append(line.split(" NET/OFI ")[0] + f" NET/OFI Using Libfabric version {major_minor}")
     return "\n".join(out) + "\n"
 
 
@@ -286,6 +297,23 @@ def _xid_mig_line(xid: int) -> str:
 CLOCK_COUNTERS = ("    Clocks Event Reasons Counters\n" + "".join(
     f"        {k:<47}: 0 us\n" for k in ("SW Power Capping", "Sync Boost", "SW Thermal Slowdown", "HW Thermal Slowdown",
                                        "HW Power Braking")))
+
+
+INTRA_SIZES = tuple(2**30 * 2**k for k in range(5))  # -b 1G -e 16G -f 2 (playbooks/preflight.yml)
+NCCL_PID = 1234
+
+
+def nccl_intra(sku: catalog.InstanceType, versions: Mapping[str, str], busbw: float) -> str:
+    """The preflight's single-node all_reduce_perf -g <gpus> under NCCL_DEBUG=INFO, as nccl-tests
+    2.19.6 prints it (one process drives every GPU: one Pid in the device block); large messages
+    approach the node's busbw."""
+    cuda = ".".join(versions["cuda"].split(".")[:2])
+    tag = f"{SYNTH_HOST}:{NCCL_PID}:{NCCL_PID} [0] NCCL INFO"
+    devices = [nccl_text.Device(i, NCCL_PID, SYNTH_HOST, i, 0x53 + 0x10 * i, sku.gpu_model) for i in range(sku.gpus)]
+    net = [f"{tag} Bootstrap: Using ens32:{SYNTH_IP}0>", f"{tag} NCCL version {versions['nccl']}+cuda{cuda}"]
+    return "\n".join(nccl_text.all_reduce(nccl_text.nccl_code(versions["nccl"]), sku.gpus, INTRA_SIZES,
+                                          lambda s: busbw * (0.9 + 0.025 * INTRA_SIZES.index(s)), sku.gpus, devices,
+                                          net, warmup=1, iters=20))
 
 
 def _with_clock_counters(text: str) -> str:
@@ -333,6 +361,10 @@ def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
         if not skip:
             out.append(line)
     files[B.NVLINK_S] = "\n".join(out) + "\n"
+    head = files[B.NCCL_INTRA].split("# Using devices")[0]
+    files[B.NCCL_INTRA] = head + "# Using devices\n" + (  # util.cu writeDeviceReport, on stderr, 2>&1
+        f"Invalid number of GPUs: {sku.gpus} requested but only {sku.gpus - 1} were found.\n"
+        "Please check the number of processes and GPUs per process.\n")
     for name in (B.CONTAINER_GPUS, B.IMAGE_GPUS):
         if name in files:
             files[name] = "".join(f"{line}\n" for line in files[name].splitlines()

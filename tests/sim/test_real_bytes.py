@@ -1,0 +1,285 @@
+"""The simulator writes the real tools' bytes (issue 19): each rendered format held against a real
+capture in tests/fixtures/real (SOURCES.md names each one's origin and licence) or, where none
+exists, against the printf formats of the tool's own source, named in the test. Same sections
+and keys in the same nesting, the same column widths and number formats, values consistent with
+each other."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpufleet.gates import bundle as B
+from gpufleet.gates import synth
+from gpufleet.gates.parsers import fabtests, nccl_debug, nccl_tests, nvidia_smi
+from gpufleet.sim import acceptance as S
+from gpufleet.sim import nccl_text
+from gpufleet.sim.render import DRIVER_CUDA, NodeLook, render_files
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PINGPONG_REAL = "fi_pingpong_efa_test_sh__aws_cdi_sdk_install_guide.txt"
+NCCL_219_REAL = "nccl_all_reduce_perf__1gpu_h200_nccl2.28.9_debug_info__captured.txt"
+
+
+def real(name: str) -> str:
+    return (REAL / name).read_text(encoding="utf-8")
+
+
+def look(fault: str | None = None) -> NodeLook:
+    return NodeLook(instance_type="p5.48xlarge", os="al2023", versions=tuple(sorted(synth.DEFAULT_VERSIONS.items())),
+                    fault=fault, systemic="none", factor=1.0, dcgm_level=2)
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    return render_files(look())
+
+
+def ends(line: str) -> list[int]:
+    """Where each whitespace-separated field ends: a printf layout, independent of the digits."""
+    return [m.end() for m in re.finditer(r"\S+", line)]
+
+
+# --- fabtests --------------------------------------------------------------------------------
+
+def test_fabtests_sizes_and_counts_print_as_size_str_and_cnt_str():
+    """util/pingpong.c size_str (binary, truncated tenth below 10) and cnt_str (decimal, truncated)."""
+    assert [S.fab_size_str(n) for n in (0, 64, 1280, 5120, 20 * 2**20, 2_000_000, 1536, 6 * 2**20)] == \
+        ["0", "64", "1.2k", "5k", "20m", "1.9m", "1.5k", "6m"]
+    assert [S.fab_cnt_str(n) for n in (10, 999, 1000, 1999, 20000, 2_500_000)] == ["10", "999", "1k", "1k", "20k", "2m"]
+
+
+def test_pingpong_rows_have_the_real_capture_columns():
+    theirs = real(PINGPONG_REAL).splitlines()[2:]
+    sizes = [fabtests.size_value(line.split()[0]) for line in theirs[1:]]
+    ours = S.pingpong_output(18.0, 5000.0, iters=10, sizes=sizes).splitlines()
+    assert ours[0] == theirs[0]  # the header, byte for byte
+    for mine, capture in zip(ours[1:], theirs[1:], strict=True):
+        assert mine.split()[:4] == capture.split()[:4]  # bytes, #sent, =#ack, total: the same strings
+        assert ends(mine) == ends(capture), (mine, capture)
+    first, second = (float(line.split()[6]) for line in ours[1:3])
+    assert first > 1000 > 30 > second  # the first row carries the connection set-up, as on the capture
+
+
+def test_pingpong_time_column_is_every_ping_and_pong():
+    row = S.pingpong_output(20.0, 1e9, iters=1000, sizes=[64, 4096]).splitlines()[2]
+    size, sent, _, total, time_s, mbs, usec, _ = row.split()
+    assert (sent, total) == ("1k", "7.8m")  # 1000 x 4096 x 2 bytes
+    assert float(time_s.rstrip("s")) == pytest.approx(1000 * 2 * float(usec) / 1e6, abs=0.006)
+    assert float(mbs) == pytest.approx(1000 * 4096 * 2 / (1000 * 2 * float(usec)), rel=0.01)
+
+
+def test_pingpong_minus_S_all_runs_every_size_up_to_the_largest_message():
+    sizes = S.pingpong_sizes()
+    assert sizes[:8] == [0, 1, 2, 3, 4, 6, 8, 12] and sizes[-2:] == [4 * 2**20, 6 * 2**20]
+    table = fabtests.parse_table(S.pingpong_output(16.0, 7000.0, iters=S.FABRIC_ITERATIONS))
+    assert not table.problems and [r.bytes for r in table.rows] == sizes
+    assert {r.iterations for r in table.rows} == {1000}
+
+
+def test_rma_bw_follows_fabtests_show_perf_no_real_capture_exists():
+    """No real fi_rma_bw capture was found (tests/fixtures/real/SOURCES.md); this holds the sim to
+    fabtests/common/shared.c show_perf (ofiwg/libfabric main): header printf
+    "%-8s%-8s%-8s%8s %10s%13s%13s", rows "%-8s%-8s%-8s%8.2fs%10.2f%11.2f%11.2f"."""
+    text = S.rma_bw_output(11_000.0, iters=1000)
+    lines = text.splitlines()
+    assert lines[0] == "bytes   iters   total       time     MB/sec    usec/xfer   Mxfers/sec"
+    row = re.compile(r"^(\S+ *)(\S+ *)(\S+ *) *\d+\.\d\ds *\d+\.\d\d *\d+\.\d\d *\d+\.\d\d$")
+    assert all(row.match(line) and len(line) == 8 * 3 + 9 + 10 + 11 + 11 for line in lines[1:]), lines
+    parsed = fabtests.parse_table(text)
+    assert not parsed.problems and [r.bytes for r in parsed.rows] == list(S.RMA_BW_SIZES)
+    for r in parsed.rows:  # MB/sec is bytes per microsecond of the row's own usec/xfer
+        assert r.mb_per_s == pytest.approx(r.bytes / r.usec_per_xfer, rel=0.02)
+    default = fabtests.parse_table(S.rma_bw_output(11_000.0))
+    assert [r.iterations for r in default.rows] == [20000, 20000, 20000, 20000, 2000, 200]  # size_to_count
+
+
+# --- nccl-tests --------------------------------------------------------------------------------
+
+def test_nccl_float_strings_follow_getfloatstr():
+    """src/util.cu getFloatStr: 2, 1, 0 decimals, whichever fits, else an exponent; the real
+    2.19.6 capture's `2113.9` and `5e+06` at width 6."""
+    assert nccl_text.float_str(507.95, 7) == " 507.95"
+    assert nccl_text.float_str(2113.9, 6) == "2113.9"
+    assert nccl_text.float_str(5e6, 6) == " 5e+06"
+    assert nccl_text.float_str(17286.4, 7) == "17286.4"
+    assert nccl_text.float_str(3.0, 7) == "   3.00"  # below 10 ms: decimals, never "3"
+
+
+def test_nccl_intra_has_the_real_219_layout(healthy):
+    files, _ = healthy
+    ours = files[B.NCCL_INTRA].splitlines()
+    theirs = real(NCCL_219_REAL).splitlines()
+    shape = lambda line: re.sub(r"\d+", "N", line)
+    assert shape(ours[0]) == shape(theirs[0]) and shape(ours[2]) == shape(theirs[2]) and ours[1] == theirs[1]
+    assert "# Using devices" in ours and ours[ours.index("# Using devices") + 1].startswith("#  Rank  0 Group  0 Pid")
+    rank = re.compile(r"#  Rank [ \d]\d Group [ \d]\d Pid [ \d]{5}\d on [ \S]{9}\S+ device [ \d]\d "
+                      r"\[[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\] NVIDIA H\d00.*")  # "%2d ... %6d on %10s device %2d"
+    assert rank.fullmatch(next(line for line in theirs if line.startswith("#  Rank")))
+    assert sum(bool(rank.fullmatch(line)) for line in ours) == 8
+    table = [line for line in theirs if line.lstrip("#").lstrip().startswith(("size", "(B)", "out-of-place"))]
+    assert [line for line in ours if line.lstrip("#").lstrip().startswith(("size", "(B)", "out-of-place"))] == table
+    real_row = next(line for line in theirs if line.startswith("  1073741824"))
+    our_row = next(line for line in ours if line.startswith("  1073741824"))
+    assert ends(our_row) == ends(real_row)
+    footer = theirs[theirs.index("# Out of bounds values : 0 OK"):][:4]
+    assert [re.sub(r": [\d.]+ $", ": X ", line) for line in ours[-4:]] == \
+        [re.sub(r": [\d.]+ $", ": X ", line) for line in footer]
+    code = re.search(r"nccl-headers=(\d+)", ours[0]).group(1)  # type: ignore[union-attr]
+    version = re.search(r"NCCL version (\S+)\+cuda", files[B.NCCL_INTRA]).group(1)  # type: ignore[union-attr]
+    assert int(code) == nccl_text.nccl_code(version) == nccl_text.nccl_code(synth.DEFAULT_VERSIONS["nccl"])
+    parsed = nccl_tests.parse_text(files[B.NCCL_INTRA])
+    assert not parsed.problems and len(parsed.rows) == 5
+    assert parsed.avg_busbw == pytest.approx(sum(r.out_of_place.busbw for r in parsed.rows) / 5, abs=0.01)
+
+
+def test_nccl_debug_lines_are_the_plugins_own_words(healthy):
+    files, _ = healthy
+    lines = files[B.NCCL_EFA_LOOPBACK].splitlines()
+    tail = lambda line: line.split(" NCCL INFO ", 1)[1]
+    assert "NET/OFI Using Libfabric version 2.1" in [tail(x) for x in lines]  # "%u.%u" of fi_version()
+    assert not any(line.endswith(".so.") for line in lines)
+    real_plugin = next(tail(x) for x in real(NCCL_219_REAL).splitlines() if "NET/Plugin: Could not find" in x)
+    assert real_plugin == "NET/Plugin: Could not find: libnccl-net.so"
+    assert nccl_debug.parse_net(files[B.NCCL_EFA_LOOPBACK]).efa_used
+
+
+# --- nvidia-smi ---------------------------------------------------------------------------------
+
+def fabric_section(text: str) -> list[str]:
+    """The first GPU's Fabric section: each line's indentation and key."""
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip() == "Fabric")
+    out = [lines[i]]
+    for line in lines[i + 1:]:
+        if len(line) - len(line.lstrip()) <= len(lines[i]) - len(lines[i].lstrip()):
+            break
+        out.append(line.split(":")[0].rstrip())
+    return out
+
+
+def test_q_fabric_section_has_the_real_driver_580_keys_and_nesting(healthy):
+    files, _ = healthy
+    assert fabric_section(files[B.SMI_Q]) == fabric_section(real("nvidia_smi_q__h200_1gpu_vm_drv580__captured.txt"))
+    q = nvidia_smi.parse_q(files[B.SMI_Q])
+    assert len(q.gpus) == 8 and not q.problems
+
+
+def test_q_cuda_version_is_the_drivers():
+    for name in ("nvidia_smi_q__h200_1gpu_vm_drv580__captured.txt",
+                 "nvidia_smi_q__h200_1gpu_vm_drv590.48.01__nvidia_gpu_exporter_capture.txt"):
+        text = real(name)
+        driver = re.search(r"Driver Version\s+: (\S+)", text).group(1)  # type: ignore[union-attr]
+        cuda = re.search(r"CUDA Version\s+: (\S+)", text).group(1)  # type: ignore[union-attr]
+        assert DRIVER_CUDA[driver.split(".")[0]] == cuda
+    files, _ = render_files(look())
+    assert re.search(r"CUDA Version\s+: 12\.8\n", files[B.SMI_Q])  # the BOM's driver 570
+
+
+def test_fi_info_is_libfabric_2s_short_listing(healthy):
+    files, _ = healthy
+    blocks = files[B.FI_INFO].strip().split("\nprovider: ")
+    assert len(blocks) == 2 * 32  # efa and efa-direct per device on libfabric 2.x
+    assert all(re.fullmatch(r"(provider: )?efa\n    fabric: efa(-direct)?\n    domain: rdmap\d+s\d+-rdm\n"
+                            r"    version: 201\.0\n    type: FI_EP_RDM\n    protocol: FI_PROTO_EFA", b) for b in blocks)
+    old = dict(synth.DEFAULT_VERSIONS, libfabric="1.22.0amzn4.0")
+    files_1x, _ = render_files(NodeLook(**{**look().__dict__, "versions": tuple(sorted(old.items()))}))
+    assert "efa-direct" not in files_1x[B.FI_INFO] and "version: 122.0" in files_1x[B.FI_INFO]
+
+
+# --- fio and iperf3 ------------------------------------------------------------------------------
+
+def keys(doc, prefix: str = "") -> set[str]:
+    if isinstance(doc, dict):
+        out = set()
+        for k, v in doc.items():
+            if k == "percentile":
+                out.add(prefix + k)
+                continue
+            out |= {prefix + k} | keys(v, prefix + k + ".")
+        return out
+    return set()
+
+
+def test_fio_job_has_every_block_of_the_real_capture():
+    real_doc = json.loads(real("fio_seq_write_2jobs_json__fio3.33__captured.json"))
+    sim_doc = json.loads(S.fio_output("seqwrite", 1, "write", 2**30, 12.0, 2**20,
+                                      options={"directory": "/fsx/x", "size": "4G", "end_fsync": "1"}))
+    real_job, job = real_doc["jobs"][0], sim_doc["jobs"][0]
+    assert keys(job) - {"job options." + k for k in job["job options"]} == \
+        keys(real_job) - {"job options." + k for k in real_job["job options"]}
+    assert set(sim_doc) == set(real_doc) - {"disk_util"}  # a network file system has no disk_util
+    assert sim_doc["timestamp"] > 0 and sim_doc["timestamp_ms"] == sim_doc["timestamp"] * 1000
+    assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}", sim_doc["time"])
+    w = job["write"]
+    assert w["bw_bytes"] == pytest.approx(w["io_bytes"] * 1000 / w["runtime"], rel=1e-6)
+    assert w["iops"] == pytest.approx(w["total_ios"] * 1000 / w["runtime"], rel=1e-6)
+    assert w["bw_samples"] == w["runtime"] // 500 > 0 and w["bw_mean"] == pytest.approx(w["bw_bytes"] / 1024)
+    assert w["lat_ns"]["mean"] >= w["clat_ns"]["mean"]
+    shares = sum(job[k][b] for k in ("latency_ns", "latency_us", "latency_ms") for b in job[k])
+    assert shares == pytest.approx(100.0)
+
+
+def test_fio_bundle_is_one_job_per_client_merged_as_the_collector_merges():
+    from gpufleet.catalog import get
+    from gpufleet.plan.storage import plan_storage  # noqa: F401 (the plan comes from the acceptance tests' helper)
+
+    from tests.acceptance.test_sim_outputs import CFG, storage
+
+    cfg, plan = storage(dataset_tib=100, checkpoint_tib=1)
+    files = S.storage_outputs(cfg, plan, get("p5.48xlarge"), CFG, __import__("random").Random(3), clients=4)
+    doc = json.loads(files["fio-seq-write.json"] if "fio-seq-write.json" in files else next(iter(files.values())))
+    assert set(doc) == {"fio version", "jobs"} and len(doc["jobs"]) == 4
+    assert {j["job options"]["numjobs"] for j in doc["jobs"]} == {"1"}
+    assert len({j["job options"]["directory"] for j in doc["jobs"]}) == 4
+
+
+def test_iperf3_has_every_key_and_sums_that_add_up():
+    real_doc = json.loads(real("iperf3_J_tcp_loopback__iperf3.12__captured.json"))
+    doc = json.loads(S.iperf3_output("10.0.0.1", "10.0.0.2", 9e10, 37))
+    assert set(doc["start"]) == set(real_doc["start"])
+    assert keys(doc["intervals"][0]) == keys(real_doc["intervals"][0])
+    assert set(doc["intervals"][0]["streams"][0]) == set(real_doc["intervals"][0]["streams"][0])
+    assert len(doc["intervals"]) == 10
+    end = doc["end"]
+    assert sum(s["sender"]["bytes"] for s in end["streams"]) == end["sum_sent"]["bytes"]
+    assert sum(s["receiver"]["bytes"] for s in end["streams"]) == end["sum_received"]["bytes"]
+    assert sum(s["sender"]["retransmits"] for s in end["streams"]) == end["sum_sent"]["retransmits"] == 37
+    assert sum(i["sum"]["bytes"] for i in doc["intervals"]) == end["sum_sent"]["bytes"]
+    for part in (end["sum_sent"], *(i["sum"] for i in doc["intervals"])):
+        assert part["bits_per_second"] == pytest.approx(part["bytes"] * 8 / part["seconds"])
+
+
+# --- the field's quirks ----------------------------------------------------------------------------
+
+def changed(fault: str) -> dict[str, str]:
+    base, _ = render_files(look())
+    files, _ = render_files(look(fault))
+    return {k: v for k, v in files.items() if base.get(k) != v}
+
+
+def test_each_quirk_changes_only_what_it_names():
+    assert set(changed("fabric-unhealthy")) == {B.SMI_Q, B.QUERY_GPU} - ({B.QUERY_GPU} if "fabric.health.summary"
+                                                                          not in B.QUERY_GPU_FIELDS else set())
+    assert set(changed("xid-mig")) == {B.KERNEL_LOG}
+    assert set(changed("tool-missing")) == {B.DCGM_DIAG}
+    assert set(changed("nic-count-short")) == {B.FI_INFO, B.NCCL_EFA_LOOPBACK}
+    assert set(changed("output-unreadable")) == {B.SMI_Q}
+    assert changed("latent") == {}
+
+
+def test_quirks_read_as_the_field_prints_them():
+    q = changed("fabric-unhealthy")[B.SMI_Q]
+    assert re.search(r"Health\n\s+Summary\s+: Unhealthy\n", q)
+    assert "Bandwidth                                  : Degraded" in changed("fabric-degraded-bandwidth")[B.SMI_Q]
+    assert re.search(r"NVRM: Xid \(PCI:0000:[0-9a-f]{2}:00 GPU-I:05\): 48, ", changed("xid-mig")[B.KERNEL_LOG])
+    assert changed("tool-missing")[B.DCGM_DIAG] == "bash: line 1: dcgmi: command not found\n"
+    assert "(found 16 nics)" in changed("nic-count-short")[B.NCCL_EFA_LOOPBACK]
+    assert changed("nic-count-short")[B.FI_INFO].count("provider: efa") == 2 * 16
+    files, _ = render_files(look("plugin-beta"))
+    assert "aws-ofi-nccl 1.16.0-beta" in files[B.NCCL_EFA_LOOPBACK]
+    cut = changed("output-unreadable")[B.SMI_Q]
+    assert len(nvidia_smi.parse_q(cut).gpus) < 8
