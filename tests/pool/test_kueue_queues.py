@@ -359,6 +359,26 @@ def test_the_documented_unit_jobs_pass_both_policies_and_name_what_exists(teams)
         assert admit(pols[POLICY], stripped, ns)  # the same job unlabelled: refused
 
 
+@pytest.mark.parametrize("stack", ["prod", "inference"])
+def test_what_gpufleet_pool_units_prints_is_admitted(stack, full_capture):
+    """Both with the stack as shipped (no teams: the operators' queues) and with teams."""
+    for cap in (full_capture(stack), captured(stack)):
+        layout = q.queue_layout(cap.spec, cap.plan, cap.spec.cluster.instance)
+        modes = {p.name: p.mode for p in cap.plan.partitions}
+        jobs = uj.documented_jobs(layout, modes, cap.plan.topology, IMAGE, ["hostname"], cap.spec.storage.mount_path)
+        objs = objects(cap)
+        namespaces = named(objs, "Namespace")
+        pols = {r.inputs["metadata"]["name"]: r.inputs
+                for r in cap.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")}
+        assert {modes[namespaces[j["metadata"]["namespace"]]["metadata"]["labels"][q.PARTITION_NAMESPACE_LABEL]]
+                for j in jobs} == set(modes.values())  # every partition's mode has its example
+        for job in jobs:
+            kubernetes_validate.validate(job, cap.spec.pool.kubernetes_version, strict=True)
+            assert admit(pols[POLICY], job, live_namespace(namespaces[job["metadata"]["namespace"]])) == []
+            assert admit(pols["gpufleet-whole-units"], workload_of(job)) == []
+        assert len({(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs}) == len(jobs)
+
+
 def test_the_seed_modes_shapes(prod_teams):
     t = prod_teams.plan.topology
     assert (t.unit_gpus, t.gpus_per_node, uj.pod_gpus(t), uj.pods_per_unit(t)) == (10, 8, 2, 5)
@@ -389,3 +409,18 @@ def test_a_job_shape_kueue_would_scatter_is_refused_by_the_unit_policy(prod_team
 
 def test_the_system_namespace_is_no_queue_namespace():
     assert q.KUEUE_MANAGED_LABEL not in plain_namespace(SYSTEM_NAMESPACE)["metadata"]["labels"]
+
+
+def test_the_rendered_examples_are_the_documented_jobs_with_the_stacks_image(prod_teams):
+    from gpufleet.plan import build_plan
+    spec = prod_teams.spec
+    with pytest.raises(ConfigError) as e:
+        uj.render(spec, build_plan(spec))
+    assert e.value.field == "gpufleet:acceptance.workloadImage"
+    pinned = spec.model_copy(update={"acceptance": spec.acceptance.model_copy(update={"workload_image": IMAGE})})
+    plan = build_plan(pinned)
+    text = uj.render(pinned, plan)
+    assert text.startswith("# prod: unit jobs for its Kueue queues")
+    layout = q.queue_layout(pinned, plan, pinned.cluster.instance)
+    assert list(yaml.safe_load_all(text)) == uj.documented_jobs(
+        layout, {p.name: p.mode for p in plan.partitions}, plan.topology, IMAGE, ["hostname"], pinned.storage.mount_path)

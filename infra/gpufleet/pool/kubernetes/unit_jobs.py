@@ -18,11 +18,15 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from gpufleet.plan.model import Topology
+import yaml
+
+from gpufleet.errors import ConfigError
+from gpufleet.plan.model import ClusterPlan, Topology
 from gpufleet.pool.kubernetes.manifests import EFA, FSX_CLAIM, GPU, nccl_configmap_name
-from gpufleet.pool.kubernetes.queues import TeamQueue, submission_labels
+from gpufleet.pool.kubernetes.queues import TeamQueue, queue_layout, submission_labels
 from gpufleet.pool.kubernetes.unit_policy import REQUIRED_ANNOTATION, SLICE_ANNOTATION, SLICE_SIZE_ANNOTATION
 from gpufleet.pool.protocol import BLOCK_LABEL
+from gpufleet.spec import ClusterSpec
 
 
 def pod_gpus(t: Topology) -> int:
@@ -51,7 +55,7 @@ def unit_job(name: str, queue: TeamQueue, t: Topology, units: int, image: str, c
                  "resources": {"requests": dict(amounts), "limits": dict(amounts)},
                  "volumeMounts": [{"name": "shared", "mountPath": mount_path}]}
     template = {"metadata": {"annotations": placement},
-                "spec": {"restartPolicy": "Never", "subdomain": name, "containers": [container],
+                "spec": {"restartPolicy": "Never", "containers": [container],
                          "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": FSX_CLAIM}}]}}
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": queue.namespace, "labels": submission_labels(queue)},
@@ -77,3 +81,42 @@ def serving_pool_jobs(prefill: TeamQueue, decode: TeamQueue, t: Topology, image:
     """Seed mode three: a prefill pool and a decode pool, each over its partition's units."""
     return [unit_job(f"{prefill.name}-pool", prefill, t, prefill.units, image, prefill_command, mount_path),
             unit_job(f"{decode.name}-pool", decode, t, decode.units, image, decode_command, mount_path)]
+
+
+def documented_jobs(queues: Sequence[TeamQueue], modes: dict[str, str], t: Topology, image: str,
+                    command: Sequence[str], mount_path: str, independent: int = 2) -> list[dict[str, Any]]:
+    """The unit jobs `gpufleet pool units` prints for a Kubernetes stack, per queue with quota by its
+    partition's mode (`modes`: partition -> mode): data-parallel, one job over all the queue's
+    units; independent and interactive, `independent` one-unit jobs (at most its units); a prefill
+    and a decode partition, their pools, paired by team (or both the operators')."""
+    out: list[dict[str, Any]] = []
+    with_quota = [x for x in queues if x.units > 0]
+    for x in with_quota:
+        mode = modes[x.partition]
+        if mode == "data-parallel":
+            out.append(all_units_job(x, t, image, command, mount_path))
+        elif mode in ("independent", "interactive"):
+            out += independent_unit_jobs(x, t, min(independent, x.units), image, command, mount_path)
+    prefill = [x for x in with_quota if modes[x.partition] == "inference-prefill"]
+    decode = [x for x in with_quota if modes[x.partition] == "inference-decode"]
+    for p in prefill:
+        d = next((x for x in decode if x.team == p.team), None)
+        if d is not None:
+            out += serving_pool_jobs(p, d, t, image, command, command, mount_path)
+    return out
+
+
+def render(spec: ClusterSpec, plan: ClusterPlan) -> str:
+    """`gpufleet pool units` on a Kubernetes stack: the documented jobs as YAML, with the stack's
+    workload image and `hostname` as the command (the `srun hostname` of the Slurm examples)."""
+    image = spec.acceptance.workload_image
+    if image is None:
+        raise ConfigError("the unit job examples run the stack's workload image, and it names none",
+                          field="gpufleet:acceptance.workloadImage", expected="an image reference pinned by digest")
+    queues = queue_layout(spec, plan, spec.cluster.instance)
+    jobs = documented_jobs(queues, {p.name: p.mode for p in plan.partitions}, plan.topology, image, ["hostname"],
+                           spec.storage.mount_path)
+    head = (f"# {spec.cluster.name}: unit jobs for its Kueue queues (kubectl apply -f -). A Job in a queue namespace\n"
+            f"# names that namespace's LocalQueue, its partition's priority class and, where capped, a run time;\n"
+            f"# a pod takes {pod_gpus(plan.topology)} GPUs, a unit is {pods_per_unit(plan.topology)} pods.\n")
+    return head + yaml.safe_dump_all(jobs, sort_keys=False)
