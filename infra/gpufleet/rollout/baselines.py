@@ -13,7 +13,6 @@ reference that later drift reports compare against.
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 from datetime import datetime
@@ -22,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from gpufleet.durable import write_atomic
 from gpufleet.errors import PoolError
 from gpufleet.gates import baseline as gbaseline
 from gpufleet.gates.isolation import Group, IsolationResult, isolate
@@ -174,7 +174,5 @@ def write_communication_baseline(path: Path, stack: str, instance_type: str, bat
     doc = {"schema_version": BASELINE_SCHEMA_VERSION, "stack": stack, "instance_type": instance_type,
            "updated_at": updated_at.isoformat(), "scales": scale_summary(all_runs), "batches": per_batch}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True))  # fsynced: a kill never loses a batch's entry
     return doc

@@ -75,19 +75,82 @@ def acceptance_rows(state: RolloutState) -> list[dict[str, str]]:
              "detail": stage_detail(state.acceptance[name])} for name in ACCEPTANCE_STAGES if name in state.acceptance]
 
 
-def batch_rows(plan: ClusterPlan, state: RolloutState, elapsed: Callable[[], float]) -> list[dict[str, Any]]:
-    rows = []
-    for b in plan.batches:
-        bs = state.batches.get(b.number)
-        nodes = [state.nodes[s.name] for s in plan.batch_nodes(b.number) if s.name in state.nodes]
-        live = [n.stage.value for n in nodes if n.stage not in DONE]
-        stage = bs.stage.value if bs else "pending"
-        if bs and bs.stage.value == "running" and live:
-            stage = min(live, key=lambda v: list(NodeStage).index(NodeStage(v)))
-        rows.append({"batch": b.number, "canary": b.canary, "stage": stage, "done": sum(n.stage in DONE for n in nodes),
-                     "total": b.node_count, "admitted": sum(n.stage is NodeStage.ADMITTED for n in nodes),
-                     "quarantined": sum(n.stage is NodeStage.QUARANTINED for n in nodes), "elapsed": elapsed()})
-    return rows
+def batch_row(plan: ClusterPlan, state: RolloutState, number: int) -> dict[str, Any]:
+    """One batch's row: its stage, nodes done/total, admitted, quarantines so far (they never go
+    back after a replacement), replacements, and its own time (the seconds its stages took)."""
+    b = plan.batches[number - 1]
+    bs = state.batches.get(number)
+    nodes = [state.nodes[s.name] for s in plan.batch_nodes(number) if s.name in state.nodes]
+    live = [n.stage.value for n in nodes if n.stage not in DONE]
+    stage = bs.stage.value if bs else "pending"
+    if bs and bs.stage.value == "running" and live:
+        stage = min(live, key=lambda v: list(NodeStage).index(NodeStage(v)))
+    quarantines = sum(1 for n in nodes for h in n.history if h[0] == NodeStage.QUARANTINED.value)
+    return {"batch": number, "canary": b.canary, "stage": stage, "done": sum(n.stage in DONE for n in nodes),
+            "total": b.node_count, "admitted": sum(n.stage is NodeStage.ADMITTED for n in nodes),
+            "quarantined": quarantines, "replaced": sum(n.replacements for n in nodes),
+            "took": sum(bs.durations.values()) if bs else 0.0}
+
+
+def batch_rows(plan: ClusterPlan, state: RolloutState, elapsed: Callable[[], float] | None = None
+               ) -> list[dict[str, Any]]:
+    """Every batch's row (a report's or a test's whole view; the live displays keep `RowCache`)."""
+    return [batch_row(plan, state, b.number) for b in plan.batches]
+
+
+class RowCache:
+    """The batches' rows, recomputed only for the batch an event names.
+
+    Why: recomputing every batch on every event costs events x batches; an event moves one batch
+    (the rollout's and the acceptance stages' events move none of the rows' counts)."""
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        self.rows: dict[int, dict[str, Any]] = {}
+
+    def update(self, event: Mapping[str, Any], state: RolloutState) -> int | None:
+        k = event.get("batch")
+        if not isinstance(k, int) or not 1 <= k <= len(self.plan.batches):
+            return None
+        self.rows[k] = batch_row(self.plan, state, k)
+        return k
+
+    def row(self, k: int) -> dict[str, Any]:
+        b = self.plan.batches[k - 1]
+        return self.rows.get(k) or {"batch": k, "canary": b.canary, "stage": "pending", "done": 0,
+                                    "total": b.node_count, "admitted": 0, "quarantined": 0, "replaced": 0,
+                                    "took": 0.0}
+
+
+def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
+    """One plain line per quarantine, replacement, capacity retry and halt (node, reason), as it
+    happens, in `key=value` form a CI log reader can grep (`grep 'gpufleet: quarantine'`)."""
+    kind, to, k = event.get("type"), event.get("to"), event.get("batch")
+    nodes = event.get("nodes") or {}
+    out = []
+    if kind == "nodes" and to == "quarantined":
+        for slot, d in nodes.items():
+            d = d or {}
+            out.append(f"gpufleet: quarantine node={slot} batch={k} code={d.get('reason_code')} "
+                       f"reason={_quote(d.get('reason') or '')}")
+    elif kind == "nodes" and to == "provisioned" and event.get("stage") == "replace":
+        for slot, d in nodes.items():
+            olds = [h[1] for h in state.nodes[slot].history if h[0] == NodeStage.PROVISIONED.value] \
+                if slot in state.nodes else []
+            old = olds[-2] if len(olds) > 1 else None
+            out.append(f"gpufleet: replacement node={slot} batch={k} old={old} new={(d or {}).get('instance_id')}")
+    elif kind == "nodes" and to == "provisioning":
+        for slot, d in nodes.items():
+            if (d or {}).get("shortfall"):
+                out.append(f"gpufleet: capacity-retry node={slot} batch={k} reason={_quote(d['shortfall'])}")
+    elif to == "halted" and kind in ("batch", "rollout"):
+        where = f"batch={k}" if kind == "batch" else "rollout"
+        out.append(f"gpufleet: halt {where} reason={_quote(event.get('reason', ''))}")
+    return out
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
 def _clock(seconds: float) -> str:
@@ -99,8 +162,11 @@ class PlainDisplay:
     def __init__(self, plan: ClusterPlan, elapsed: Callable[[], float], out: TextIO = sys.stdout) -> None:
         self.plan, self.elapsed, self.out = plan, elapsed, out
         self.last: dict[int, tuple[str, int]] = {}
+        self.cache = RowCache(plan)
 
     def __call__(self, event: dict[str, Any], state: RolloutState) -> None:
+        for line in log_lines(event, state):
+            self.out.write(line + "\n")
         if event.get("type") == "acceptance":
             a = state.acceptance[event["stage"]]
             status = "FAILED" if a.status is StageStatus.FAILED else a.status.value
@@ -108,15 +174,14 @@ class PlainDisplay:
                            f"elapsed {_clock(self.elapsed())}\n")
             self.out.flush()
             return
-        for r in batch_rows(self.plan, state, self.elapsed):
+        k = self.cache.update(event, state)
+        if k is not None:
+            r = self.cache.row(k)
             key = (r["stage"], r["done"] == r["total"])
-            if r["stage"] == "pending" or self.last.get(r["batch"]) == key:
-                continue
-            self.last[r["batch"]] = key
-            name = f"batch {r['batch']}{' (canary)' if r['canary'] else ''}"
-            self.out.write(f"{name:<18} {r['stage']:<12} {r['done']:>5}/{r['total']:<5} admitted {r['admitted']:>5} "
-                           f"quarantined {r['quarantined']:>4}  elapsed {_clock(r['elapsed'])}\n")
-            self.out.flush()
+            if r["stage"] != "pending" and self.last.get(k) != key:
+                self.last[k] = key
+                self.out.write(_plain_row(r) + f"  elapsed {_clock(self.elapsed())}\n")
+        self.out.flush()
 
     def note(self, text: str) -> None:
         """A line about work that journals nothing yet (see AcceptanceHooks.note)."""
@@ -127,20 +192,73 @@ class PlainDisplay:
         pass
 
 
+def _plain_row(r: Mapping[str, Any]) -> str:
+    name = f"batch {r['batch']}{' (canary)' if r['canary'] else ''}"
+    return (f"{name:<18} {r['stage']:<12} {r['done']:>5}/{r['total']:<5} admitted {r['admitted']:>5} "
+            f"quarantined {r['quarantined']:>4} replaced {r['replaced']:>3}  took {_clock(r['took'])}")
+
+
+ROWS = 45  # the terminal the live view must fit at any fleet size
+
+
+def view_rows(cache: RowCache, budget: int) -> list[dict[str, Any]]:
+    """The batch table's rows within `budget`: finished batches summed up in one row, pending ones
+    in another, batches in flight one row each, and, where even those are too many, the in-flight
+    batches furthest along summed up by stage so the ones behind stay visible."""
+    rows = [cache.row(b.number) for b in cache.plan.batches]
+    done = [r for r in rows if r["stage"] in ("passed", "halted")]
+    pending = [r for r in rows if r["stage"] == "pending"]
+    live = [r for r in rows if r not in done and r not in pending]
+    out: list[dict[str, Any]] = []
+    room = budget - bool(done) - bool(pending)
+    if len(live) > room:
+        order = list(NodeStage)
+        live.sort(key=lambda r: (order.index(NodeStage(r["stage"])) if r["stage"] in NodeStage._value2member_map_
+                                 else len(order), r["batch"]))
+        shown, rest = live[:max(0, room - 1)], live[max(0, room - 1):]
+        out += sorted(shown, key=lambda r: r["batch"])
+        out.append(_sum_rows(rest, "in flight"))
+    else:
+        out += live
+    if done:
+        out.insert(0, _sum_rows(done, "finished"))
+    if pending:
+        out.append(_sum_rows(pending, "pending"))
+    return out
+
+
+def _sum_rows(rows: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    numbers = [r["batch"] for r in rows]
+    stages = sorted({r["stage"] for r in rows})
+    return {"batch": f"{len(rows)} {what}", "canary": False,
+            "stage": ", ".join(stages) if len(stages) <= 2 else f"{len(stages)} stages",
+            "done": sum(r["done"] for r in rows), "total": sum(r["total"] for r in rows),
+            "admitted": sum(r["admitted"] for r in rows), "quarantined": sum(r["quarantined"] for r in rows),
+            "replaced": sum(r["replaced"] for r in rows), "took": max((r["took"] for r in rows), default=0.0),
+            "range": f"{min(numbers)}-{max(numbers)}"}
+
+
 class RichDisplay:
-    """A table redrawn at most a few times a second."""
+    """A table redrawn at most a few times a second, never taller than ROWS lines; the plain log
+    lines (quarantines, replacements, capacity retries, halts) print above it as they happen."""
 
     def __init__(self, plan: ClusterPlan, elapsed: Callable[[], float], stream: TextIO = sys.stdout) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.plan, self.elapsed = plan, elapsed
+        self.cache = RowCache(plan)
         self.live = Live(console=Console(file=stream, force_terminal=True), refresh_per_second=4, transient=False)
         self.live.start()
         self._next = 0.0
 
-    def __call__(self, _event: dict[str, Any], state: RolloutState) -> None:
+    def __call__(self, event: dict[str, Any], state: RolloutState) -> None:
+        from rich.text import Text
+
         self._state = state
+        self.cache.update(event, state)
+        for line in log_lines(event, state):
+            self.live.console.print(Text(line))
         now = time.monotonic()
         if now < self._next:
             return
@@ -154,7 +272,7 @@ class RichDisplay:
 
         stages = acceptance_rows(state)
         if not stages:
-            return self._batches(state)
+            return self._batches(ROWS)
         t = Table(title="acceptance stages")
         for col in ("stage", "status", "figures / reason"):
             t.add_column(col)
@@ -162,17 +280,18 @@ class RichDisplay:
                  "not-applicable": "dim"}
         for r in stages:  # Text, not markup: check ids hold brackets (net.tcp[a--b])
             t.add_row(r["stage"], Text(r["status"], style=style[r["status"]]), Text(r["detail"]))
-        return Group(t, self._batches(state))
+        return Group(t, self._batches(ROWS - len(stages) - 5))
 
-    def _batches(self, state: RolloutState) -> Any:
+    def _batches(self, lines: int) -> Any:
         from rich.table import Table
 
-        t = Table(title="gpufleet rollout")
-        for col in ("batch", "stage", "done", "admitted", "quarantined", "elapsed"):
+        t = Table(title=f"gpufleet rollout  elapsed {_clock(self.elapsed())}")
+        for col in ("batch", "stage", "done", "admitted", "quarantined", "replaced", "took"):
             t.add_column(col, justify="right" if col != "stage" else "left")
-        for r in batch_rows(self.plan, state, self.elapsed):
-            t.add_row(f"{r['batch']}{'c' if r['canary'] else ''}", r["stage"], f"{r['done']}/{r['total']}",
-                      str(r["admitted"]), str(r["quarantined"]), _clock(r["elapsed"]))
+        for r in view_rows(self.cache, max(3, lines - 5)):  # title, header, three rules
+            name = r.get("range") and f"{r['batch']} ({r['range']})" or f"{r['batch']}{'c' if r['canary'] else ''}"
+            t.add_row(name, r["stage"], f"{r['done']}/{r['total']}", str(r["admitted"]), str(r["quarantined"]),
+                      str(r["replaced"]), _clock(r["took"]))
         return t
 
     def note(self, text: str) -> None:

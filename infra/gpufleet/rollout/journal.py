@@ -136,6 +136,7 @@ class Journal:
         self.kill_after = kill_after if kill_after is not None else (int(env) if env else None)
         self.on_append = on_append  # in-process crash tests raise from here
         self.listeners: list[Callable[[dict[str, Any], st.RolloutState], None]] = []  # the live display
+        self.cluster: str | None = None  # the plan's cluster, stamped on every event once the orchestrator sets it
 
     def load(self, repair: bool = True) -> st.RolloutState:
         self.state = st.fold(self.store.read(repair))
@@ -145,7 +146,8 @@ class Journal:
         """Validate the event against the state, make it durable, and return it as written.
 
         Validation first: an illegal transition raises before anything reaches the store."""
-        stamped = {"seq": self.state.last_seq + 1, "at": self.now().isoformat(), "stack": self.stack,
+        who = {"cluster": self.cluster} if self.cluster is not None else {}
+        stamped = {"seq": self.state.last_seq + 1, "at": self.now().isoformat(), "stack": self.stack, **who,
                    "version": gpufleet.__version__, **event}
         st.apply(self.state, stamped)
         self.store.append(stamped["seq"], json.dumps(stamped, separators=(",", ":"), default=_json_default))

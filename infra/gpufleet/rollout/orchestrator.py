@@ -28,6 +28,7 @@ from typing import Protocol, Sequence
 from gpufleet.errors import ConfigError
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.rollout import baselines as bl
 from gpufleet.rollout import events
 from gpufleet.rollout.batch_stages import BatchStages
 from gpufleet.rollout.journal import Journal
@@ -119,15 +120,36 @@ class Orchestrator:
         text = "\n".join(f"{s.name} {s.batch} {s.block}" for s in self.plan.nodes)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
+    def _check_identity(self) -> None:
+        """A journal is this stack's and this cluster's only: one copied from another stack or cluster
+        (every event names both) is refused, never resumed against a cloud that is not behind it."""
+        st = self.state
+        want = (self.stack, self.plan.cluster)
+        have = st.identity
+        if have is not None and (have[0] != want[0] or (have[1] is not None and have[1] != want[1])):
+            raise ConfigError(f"the journal belongs to stack {have[0]!r}, cluster {have[1]!r}, not stack {want[0]!r}, "
+                              f"cluster {want[1]!r}", field="journal",
+                              expected="this stack's own journal, or --restart to archive it and start afresh")
+        if st.foreign:
+            seq, stack, cluster = st.foreign[0]
+            raise ConfigError(f"the journal mixes rollouts: event {seq} belongs to stack {stack!r}, cluster "
+                              f"{cluster!r}, the journal to stack {have and have[0]!r}, cluster {have and have[1]!r}",
+                              field="journal", expected="one stack's and one cluster's events only, or --restart")
+
     def run(self) -> Outcome:
+        self.journal.cluster = self.plan.cluster
         if not self.state.started:
             self.journal.append({"type": "rollout", "to": "started", "layout": self.layout(),
                                  "batches": [b.number for b in self.plan.batches],
                                  "spare_nodes": self.spares, "instance_type": self.plan.instance_type})
-        elif self.state.layout not in (None, self.layout()):
+        else:
+            self._check_identity()
+        if self.state.started and self.state.layout not in (None, self.layout()):
             raise ConfigError("the stack's layout (slots, batches, blocks) changed since this rollout started",
                               field="gpufleet:cluster / gpufleet:rollout",
                               expected="the layout the journal was started with, or --restart to archive it")
+        if self.state.events > 1:
+            self._rebuild_baselines()
         try:
             self._recheck()
             if self.options.window is not None:
@@ -153,6 +175,13 @@ class Orchestrator:
                 self.state.batch(b.number).stage is BatchStage.PASSED for b in self.plan.batches):
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
+
+    def _rebuild_baselines(self) -> None:
+        """On resume the communication baseline file is rewritten from the journal: a kill between a
+        network round's journal line and the file's rename loses nothing."""
+        if any(b.scales for b in self.state.batches.values()):
+            bl.write_communication_baseline(self.state_dir / "baselines" / "communication.json", self.stack,
+                                            self.plan.instance_type, self.state.batches, self.ports.clock.now())
 
     def _hook_passes(self, k: int) -> bool:
         """The stack-level stage due before batch k starts; a failing one halts the rollout."""
@@ -247,58 +276,69 @@ class Orchestrator:
         if self.state.halted or self.state.batch(canary).stage is not BatchStage.PASSED:
             return
         rest = numbers[1:]
-        in_flight = [k for k in rest if self.state.batch(k).stage is BatchStage.RUNNING]
-        pending = [k for k in rest if self.state.batch(k).stage is BatchStage.PENDING]
-        first_done: set[int] = set()
-        halted: dict[int, str] = {}
-        while True:
-            while not halted and pending and len([k for k in in_flight if k not in first_done]) < window.batches:
+        while not self.state.halted:
+            stage_of = {k: self.state.batch(k).stage for k in rest}
+            halted = [k for k in rest if stage_of[k] is BatchStage.HALTED]
+            in_flight = [k for k in rest if stage_of[k] is BatchStage.RUNNING]
+            pending = [k for k in rest if stage_of[k] is BatchStage.PENDING]
+            first_pass = [k for k in in_flight if not self._first_pass_done(k)]
+            # first failures only grow: a batch over its bar stops all buying at once, before it is idle
+            stopping = bool(halted) or any(self._failure_reason(k) is not None for k in in_flight)
+            if not stopping and pending and len(first_pass) < window.batches:
                 if not self._hook_passes(pending[0]):
                     return
-                k = pending.pop(0)
-                self.journal.append({"type": "batch", "batch": k, "to": "running"})
-                in_flight.append(k)
-            moved = False
-            for k in list(in_flight):
-                if self._step(k):
-                    moved = True
-                    continue
-                if k not in first_done:  # idle for the first time: its first instances are all decided
-                    first_done.add(k)
-                    reason = self._failure_reason(k)
-                    if reason is not None:
-                        halted[k] = reason
-                if halted:
-                    continue  # nothing more is bought; this batch has finished its gates
-                if self._replace_some(k):
-                    moved = True
-                    continue
-                self.journal.append({"type": "batch", "batch": k, "to": "passed"})
-                in_flight.remove(k)
-                moved = True
-            if moved:
+                self.journal.append({"type": "batch", "batch": pending[0], "to": "running"})
                 continue
-            if halted:
-                first = min(halted)
+            if any(self._act(k, stopping) for k in in_flight):
+                continue
+            if halted:  # every batch in flight has finished its gates
+                first = halted[0]
                 for k in in_flight:
                     self.journal.append(events.batch_halted(
-                        k, halted.get(k) or f"batch {first} halted the rollout; this batch's gates had finished"))
-                self.journal.append(events.rollout_halted(halted[first]))
+                        k, f"batch {first} halted the rollout; this batch's gates had finished"))
+                self.journal.append(events.rollout_halted(self.state.batch(first).reason))
                 return
             if not pending:
                 return
 
-    def _step(self, k: int) -> bool:
-        """One pass of batch k's stages; whether any node moved."""
+    def _act(self, k: int, stopping: bool) -> bool:
+        """The next action of batch k: one stage that moves, else what its being idle calls for (halt
+        when its first instances are over the bar, replacements, passed); False when it has none.
+
+        Why one action at a time, the lowest batch first: the next action is then a function of the
+        journal alone, so a rollout resumed after a crash takes the same actions in the same order
+        as an uninterrupted one (the simulator's ledger proves it: tests/rollout/test_crash.py)."""
+        if self._step(k, first_only=True):
+            return True
+        reason = self._failure_reason(k)
+        if reason is not None:
+            self.journal.append(events.batch_halted(k, reason))
+            return True
+        if stopping:
+            return False  # nothing more is bought: no replacement, and the halt waits for the others
+        if self._replace_some(k):
+            return True
+        self.journal.append({"type": "batch", "batch": k, "to": "passed"})
+        return True
+
+    def _first_pass_done(self, k: int) -> bool:
+        """Every first instance of batch k decided or gone to its late track (a retest, a replacement):
+        the batch no longer holds a window slot."""
+        return all(n.stage in (S.ADMITTED, S.QUARANTINED, S.REPLACED) or self.stages.late(n)
+                   for n in self.stages.nodes(k))
+
+    def _step(self, k: int, first_only: bool = False) -> bool:
+        """One pass of batch k's stages (or, `first_only`, up to the first that moves); whether any moved.
+
+        The network round comes before the stages a late node is still in (it only runs once every
+        first instance has passed its gates), so a retest never slips into its cohort's round."""
         stages = self.stages
-        moved = stages.apply_decisions(k)
-        moved |= stages.provision(k)
-        moved |= stages.replace(k)
-        moved |= stages.configure(k)
-        moved |= stages.preflight(k)
-        moved |= stages.remediate(k)
-        moved |= stages.gate(k)
-        moved |= stages.network(k)
+        moved = False
+        for stage in (stages.apply_decisions, stages.provision, stages.replace, stages.configure,
+                      stages.network, stages.preflight, stages.remediate, stages.gate):
+            moved |= stage(k)
+            if moved and first_only:
+                return True
         return moved
 
     def _replace_some(self, k: int) -> bool:

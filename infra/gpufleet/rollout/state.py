@@ -196,6 +196,9 @@ class RolloutState:
     halted: bool = False
     halt_reason: str = ""
     layout: str | None = None  # digest of the plan's slots and batches the rollout started with
+    # (stack, cluster) every event carries; any other pair met in the journal is kept in `foreign`
+    identity: tuple[str | None, str | None] | None = None
+    foreign: list[tuple[int | None, str | None, str | None]] = field(default_factory=list)  # (seq, stack, cluster)
     started_at: str | None = None  # the `at` stamp of the journal's start event
     batches: dict[int, BatchState] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)
@@ -249,12 +252,25 @@ def apply(state: RolloutState, event: Mapping[str, Any]) -> RolloutState:
         if seq <= state.last_seq:
             raise IllegalTransition(f"event {seq}: sequence number not after {state.last_seq}")
         state.last_seq = seq
+    _identity(state, event)
     try:
         handler(state, event)
     except IllegalTransition as exc:
         raise IllegalTransition(f"event {seq}: {exc}") from None
     state.events += 1
     return state
+
+
+def _identity(state: RolloutState, e: Mapping[str, Any]) -> None:
+    """Each event names its stack and cluster; the first one sets the journal's, others are kept
+    apart so the orchestrator can refuse a journal copied from another stack or cluster."""
+    if "cluster" not in e and "stack" not in e:
+        return
+    mine = (e.get("stack"), e.get("cluster"))
+    if state.identity is None or (state.identity[1] is None and mine[0] == state.identity[0]):
+        state.identity = mine  # the first event, or the first to name the cluster (older lines do not)
+    elif mine[0] != state.identity[0] or (mine[1] is not None and mine[1] != state.identity[1]):
+        state.foreign.append((e.get("seq"), *mine))
 
 
 def _rollout(state: RolloutState, e: Mapping[str, Any]) -> None:
