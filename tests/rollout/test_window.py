@@ -5,6 +5,7 @@ time model's windowed schedule beside its two lower bounds."""
 from __future__ import annotations
 
 from gpufleet.plan import build_plan
+from gpufleet.plan.render import render_summary
 from gpufleet.plan.window import FABRIC_TEST_NODES, window_budget
 from gpufleet.rollout.state import BatchStage, NodeStage
 from gpufleet.rollout.timeline import BatchTimes, StackStages, Window, timeline
@@ -30,6 +31,8 @@ def test_the_budget_is_every_remaining_batch_and_the_fabric_limit_from_the_large
     low = window_budget(plan, max_batches_in_flight=2, max_fabric_tests=3)
     assert (low.batches_in_flight, low.fabric_tests, low.fabric_is_physical) == (2, 3, False)
     assert "lowered from 8" in low.describe() and "200 nodes under test" in b.describe()
+    shown = render_summary(plan)  # `gpufleet plan` prints the budget and what the bound assumes
+    assert b.describe() in shown and "lower bound: the larger of (a)" in shown
 
 
 def test_batches_after_the_canary_are_in_flight_together(tmp_path):

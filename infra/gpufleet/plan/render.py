@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.plan.window import window_budget
 
 
 def render_summary(plan: ClusterPlan) -> str:
@@ -32,7 +33,13 @@ def render_summary(plan: ClusterPlan) -> str:
         kind = "canary" if b.canary else "batch "
         lines.append(f"  {b.number:>3} {kind} {b.node_count:>4} nodes  blocks {b.blocks[0]}-{b.blocks[-1]}  "
                      f"{plan.nodes[b.first_node].name} .. {plan.nodes[b.last_node].name}")
+    budget = window_budget(plan)
     lines += [
+        "Rollout window",
+        f"  {budget.describe()}",
+        "  time-to-pool lower bound: the larger of (a) acceptance stages + the canary's path + the longest "
+        "other batch's path and (b) acceptance stages + the canary's path + the other batches' multi-node "
+        f"test time / {budget.fabric_tests}; `rollout` prints the modelled figure beside it and which binds",
         "Network",
         f"  per node  {n.interface_ips_per_node} interface IP(s) + {n.pod_ips_per_node} pod IP(s); "
         f"{n.efa_interfaces_per_node} EFA interfaces",
