@@ -403,6 +403,11 @@ class OpsConfig(_Model):
     # `ops serve`: alerts quarantine at most this share of a partition (quarantined or blacklisted by
     # anyone); beyond it they page, so a fleet-wide alert (a bad rule, an outage) never drains it
     max_quarantine_share: float = Field(default=0.1, gt=0, le=1)
+    # the circuit breaker (gpufleet.daytwo.breaker): automatic take-outs stop once more than this share
+    # of a partition (of the fleet) was wanted out within the window; reset by hand only
+    breaker_partition_share: float = Field(default=0.2, gt=0, le=1)
+    breaker_fleet_share: float = Field(default=0.1, gt=0, le=1)
+    breaker_window_minutes: int = Field(default=60, ge=1, le=10080)
     page_command: tuple[str, ...] = ()  # argv run with the page as JSON on stdin; empty: log only
     tenants: tuple[Tenant, ...] = ()
     # Slurm: slurmdbd on the head node; the generated slurm.conf then enforces associations, limits
