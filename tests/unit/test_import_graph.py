@@ -21,7 +21,8 @@ import gpufleet
 # options and composes the layers as cli.py does) is in the cli layer, whichever package holds it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("__init__", "errors", "findings", "durable", "tagging", "masking")),
-    ("facts", ("catalog", "catalog_prices", "spec", "project", "bom", "bom_record", "policies")),
+    ("facts", ("catalog", "catalog_prices", "spec", "project", "bom", "bom_record", "policies", "aws_rules",
+               "vendor_releases")),
     ("plan", ("plan", "ports")),
     ("adapters", ("gates", "configure", "cloud", "monitoring", "validate_cloud")),
     ("pool", ("pool", "program")),
