@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Callable
 
 from gpufleet.errors import GpufleetError
@@ -87,11 +88,24 @@ def software_layer(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack
     if not report.nodes:
         acc.notes.append("No node has an instance: nothing to compare.")
     acc.run([VERSIONS], lambda: version_findings(report))
+    acc.run([AUDIT_CHAIN], lambda: audit_chain_findings(project.state_dir(stack)))
     if hosts is None:
         acc.notes.append("Check mode is not available from this stack's node source.")
     else:
         acc.run([CHECK_MODE], lambda: check_mode_findings(hosts, [n.slot for n in report.nodes]))
     return acc.result()
+
+
+AUDIT_CHAIN = "audit-chain"
+
+
+def audit_chain_findings(state_dir: Path) -> list[Finding]:
+    """The audit log's hash chain (`gpufleet history --verify`): a broken one is drift."""
+    from gpufleet.ops import audit
+
+    v = audit.verify(state_dir)
+    return [] if v.ok else [Finding(layer=Layer.SOFTWARE, check=AUDIT_CHAIN, subject=audit.FILE,
+                                    field=f"record {v.broken_at}", message=f"the audit log's chain breaks: {v.why}")]
 
 
 def performance_layer(sources: Sources, options: DriftOptions) -> LayerResult:
