@@ -144,6 +144,10 @@ def test_history_verify_passes_then_names_an_edited_record_with_exit_4(served: S
     path.write_text("\n".join(lines) + "\n")
     broken = run()
     assert broken.exit_code == 4 and "record 2 breaks the chain" in broken.output, broken.output
+    from gpufleet.reports.drift_run import AUDIT_CHAIN, audit_chain_findings
+
+    (finding,) = audit_chain_findings(state_dir(served.project))  # what `gpufleet drift` reports
+    assert (finding.check, finding.field, finding.layer.value) == (AUDIT_CHAIN, "record 2", "software")
 
 
 def test_without_a_token_file_serve_refuses_to_start(fleet_base: Path, tmp_path: Path) -> None:
