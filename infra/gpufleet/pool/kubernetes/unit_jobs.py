@@ -85,7 +85,7 @@ def serving_pool_jobs(prefill: TeamQueue, decode: TeamQueue, t: Topology, image:
 
 def documented_jobs(queues: Sequence[TeamQueue], modes: dict[str, str], t: Topology, image: str,
                     command: Sequence[str], mount_path: str, independent: int = 2) -> list[dict[str, Any]]:
-    """The unit jobs `gpufleet pool units` prints for a Kubernetes stack, per queue with quota by its
+    """The unit jobs `render` prints for a Kubernetes stack, per queue with quota by its
     partition's mode (`modes`: partition -> mode): data-parallel, one job over all the queue's
     units; independent and interactive, `independent` one-unit jobs (at most its units); a prefill
     and a decode partition, their pools, paired by team (or both the operators')."""
