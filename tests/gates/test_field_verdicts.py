@@ -362,3 +362,81 @@ def test_an_efa_block_without_a_domain_is_a_retest_not_efa_missing():
     res = check_efa(_ev({B.FI_INFO: text.replace(dom + "\n", "", 1)}), GateSettings(instance_type="p4d.24xlarge"))
     assert {(r.check_id, r.reason_code) for r in res} == {("efa.count", "unreadable-fi_info-efa"),
                                                            ("efa.provider", "unreadable-fi_info-efa")}
+
+
+# --- item 5: versions as versions, NIC counts, partial DCGM documents ----------------------
+
+from gpufleet.gates import versions  # noqa: E402
+from gpufleet.gates.checks.efa_nccl import check_nccl_net  # noqa: E402
+from gpufleet.gates.parsers import dcgm  # noqa: E402
+
+
+@pytest.mark.parametrize("printed,ok", [("1.16.0", True), ("1.16.0-aws", True), ("v1.16.0", True),
+                                        ("1.16.0-beta", False), ("1.16.0rc1", False), ("1.16.0.1", False),
+                                        ("1.16.3", False)])
+def test_a_beta_plugin_is_skew_against_a_release_pin(printed, ok):
+    """aws-ofi-nccl's init line as the plugin prints it (versions.BY_KEY example shape)."""
+    found = versions.read_version("aws_ofi_nccl", f"NET/OFI Initializing aws-ofi-nccl {printed}")
+    assert found is not None and versions.matches("aws_ofi_nccl", "1.16.0", found) is ok
+
+
+def test_a_distribution_build_tag_still_matches_a_prefix_pin():
+    assert versions.matches("kubelet", "1.33.4", "v1.33.4-eks-e386d34")
+    assert not versions.matches("kubelet", "1.33.4", "v1.33.4-rc.0")
+
+
+NICS_16 = "nccl_debug_ofi_found_16_nics__p5en_8xh200__nvidia_nccl_issue1597.txt"
+
+
+def test_sixteen_nics_pass_on_a_p5en_and_are_a_finding_on_a_32_efa_p5():
+    """The real p5en-class log (NVIDIA/nccl#1597): aws-ofi-nccl found 16 NICs, every EFA device of a
+    p5en; the same log on a p5 (32 EFA devices) means the plugin uses half the fabric."""
+    ev = _ev({B.NCCL_EFA_LOOPBACK: read_real(NICS_16)})
+    assert [r.verdict for r in check_nccl_net(ev, GateSettings(instance_type="p5en.48xlarge"))] == [Verdict.PASS] * 2
+    res = check_nccl_net(ev, P5S)
+    assert [(r.check_id, r.verdict, r.reason_code) for r in res][1] == ("efa.nccl_nics", Verdict.REMEDIATE,
+                                                                        "nccl-nics-short")
+
+
+def test_a_dcgm_4x_fragment_says_the_document_is_partial():
+    import json
+    from .conftest import OWN
+    doc = json.loads((OWN / "dcgm-diag__4x_memory_fail_isolate.json").read_text())
+    body_only = json.dumps(doc["DCGM Diagnostic"])  # test_categories without the document around them
+    diag = dcgm.parse_diag(body_only)
+    assert diag.problems and diag.problems[0].startswith("partial DCGM 4.x document")
+    cut = json.dumps(doc)[:300]  # cut off mid-document
+    assert dcgm.parse_diag(cut).problems[0].startswith("partial DCGM 4.x document: cut off")
+    no_meta = dict(doc)
+    no_meta.pop("metadata")
+    assert any(p.startswith("partial DCGM 4.x document: no 'metadata'") for p in
+               dcgm.parse_diag(json.dumps(no_meta)).problems)
+
+
+@pytest.mark.parametrize("text", ['{"DCGM Diagnostic": {"test_categories": [1, 2]}}',
+                                  '{"DCGM GPU Diagnostic": {"test_categories": [{"tests": [{"results": "x"}]}]}}',
+                                  "[1, 2]"])
+def test_dcgm_json_of_an_unknown_shape_is_a_problem_not_an_exception(text):
+    assert dcgm.parse_diag(text).problems
+
+
+# --- item 6: multi-node floors follow the measured curve ------------------------------------
+
+def test_p5_floors_follow_the_published_curve_per_node_count():
+    """crazyguitar/aws-gpu-communication-benchmark, p5 over EFA at 8 GiB: 2 nodes 477.7 (default
+    algorithm: tree/NVLS beats the NIC rate), 4 357.0, 8 355.4, 16 356.3, 32 321.1 GB/s; floor 0.9 x."""
+    from gpufleet.gates.settings import GIB
+    s = P5S
+    at8 = [s.busbw_floor(n, ring=False, message_bytes=8 * GIB) for n in (2, 4, 8, 16, 32, 64)]
+    assert at8 == [429.9, 321.3, 319.9, 320.7, 289.0, 289.0]
+    assert s.busbw_floor(2, message_bytes=8 * GIB) == 321.3  # a Ring pair is bounded by the 4-node ring figure
+    assert s.busbw_floor(24, message_bytes=8 * GIB) == 289.0  # between 16 and 32: the lower
+    # the gates' runs are 4 GiB: the curve measured at 1 GiB (not above the run's size) bounds them
+    assert s.busbw_floor(4) == 252.0 and "1 GiB" in s.busbw_floor_source(4)
+    assert "crazyguitar" in s.busbw_floor_source(32, message_bytes=8 * GIB)
+
+
+def test_types_without_a_published_curve_keep_the_catalog_floor_with_its_source():
+    s = GateSettings(instance_type="p5en.48xlarge")
+    assert s.busbw_floor(2) == s.busbw_floor(32) == 330.0 and "no published curve" in s.busbw_floor_source(8)
+    assert GateSettings(multi_node_busbw_floor_gbs=300.0).busbw_floor(32) == 300.0  # the stack's own floor wins

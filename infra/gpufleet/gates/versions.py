@@ -13,7 +13,9 @@ Comparison kinds:
   row's `how`). Skew inside a release (12.8.0 vs 12.8.1) is then invisible to this gate; the image
   build (same BOM) is what pins the update.
 - prefix: the pin's components are a prefix of the printed ones (kubelet `1.33.4` matches
-  `v1.33.4-eks-e386d34`: the suffix is the distribution's build tag, not another release).
+  `v1.33.4-eks-e386d34`: the suffix is the distribution's build tag, not another release), unless
+  what follows them is a pre-release tag or another number (`1.16.0-beta`, `1.16.0rc1`, `1.16.0.1`:
+  other versions, so skew).
 - kernel: the same major.minor family as the BOM's minimum and not older than it (kernels are
   patched in place; the BOM pins a floor, and the Lustre client is built per family).
 """
@@ -88,8 +90,9 @@ COMPONENTS: tuple[Component, ...] = (
        "/opt/aws-ofi-nccl/lib/libnccl-net.so; do [ -e \"$f\" ] && strings \"$f\" | grep -m1 -E "
        "'NET/OFI (Initializing|Using) aws-ofi-nccl' && exit 0; done; "
        "echo 'libnccl-net-ofi.so: No such file or directory'; exit 2",
-       r"NET/OFI (?:Initializing|Using) aws-ofi-nccl v?(\d+\.\d+\.\d+(?:-aws)?)", "prefix",
-       "the plugin names itself when NCCL loads it; older builds print 'Using' and a '-aws' suffix",
+       r"NET/OFI (?:Initializing|Using) aws-ofi-nccl v?(\d+\.\d+\.\d+\S*)", "prefix",
+       "the plugin names itself when NCCL loads it; older builds print 'Using' and a '-aws' suffix (a "
+       "distribution tag); a pre-release tag (1.16.0-beta) is another version than the 1.16.0 release",
        "NET/OFI Initializing aws-ofi-nccl 1.16.0",
        "aws-ofi-nccl's init log line (strings of the plugin, as in aws-samples' version scripts)"),
     _c("efa_installer", "EFA installer", "cat /opt/amazon/efa_installed_packages",
@@ -165,7 +168,13 @@ def _nums(version: str) -> list[str]:
 
 
 def _parts(version: str) -> list[str]:
-    return re.split(r"[.\-+]", version.strip().lstrip("v"))
+    """'1.16.0-beta' -> ['1', '16', '0', 'beta']; '1.16.0rc1' -> ['1', '16', '0', 'rc1']."""
+    return [p for p in re.split(r"[.\-+]|(?<=\d)(?=[A-Za-z])", version.strip().lstrip("v")) if p]
+
+
+# A pre-release identifier after the pinned components: alpha, beta, rc, pre, preview, dev (a
+# distribution's build tag, `-aws` or `-eks-<hash>`, is not one).
+PRE_RELEASE = re.compile(r"^(?:alpha|beta|rc|pre|preview|dev|a|b)\d*$", re.IGNORECASE)
 
 
 _matches: dict[tuple[str, str, str], bool] = {}  # a cohort has few distinct (key, expected, found)
@@ -194,6 +203,10 @@ def _compare(kind: Compare, expected: str, found: str) -> bool:
         minimum = expected.removeprefix(">=").strip()
         return series(found) == series(minimum) and not version_lt(found, minimum)
     e, f = _parts(expected), _parts(found)
+    if len(f) > len(e) and (f[len(e)].isdigit() or PRE_RELEASE.match(f[len(e)])):
+        # 1.16.0-beta and 1.16.0rc1 come before the 1.16.0 release (SemVer 2.0.0 section 11) and
+        # 1.16.0.1 after it: other versions, not the pin with a build tag
+        return False
     return len(f) >= len(e) and f[:len(e)] == e
 
 

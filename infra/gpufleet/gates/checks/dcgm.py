@@ -60,4 +60,5 @@ def check_dcgm(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
         if v.rank > worst.rank:
             worst, code = v, c
     measured = f"level {level}, {len(diag.results)} results, DCGM {diag.version or '?'}"
-    return [result(cid, sev, measured, expected, worst, code, "; ".join(msgs[:5]), rref)]
+    partial = [p for p in diag.problems if p.startswith("partial")]  # judged on what it holds, said so
+    return [result(cid, sev, measured, expected, worst, code, "; ".join(msgs[:5] + partial), rref)]

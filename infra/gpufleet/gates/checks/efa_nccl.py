@@ -4,7 +4,7 @@ node's own all-reduce (correctness and the absolute busbw floor)."""
 from __future__ import annotations
 
 from gpufleet.gates import baseline, bundle as B
-from gpufleet.gates.checks.common import P, Q, W, absent_tool, ref, result
+from gpufleet.gates.checks.common import P, Q, R, W, absent_tool, ref, result
 from gpufleet.gates.checks.evidence import NodeEvidence
 from gpufleet.gates.checks.readable import source_unreadable
 from gpufleet.gates.settings import GateSettings
@@ -63,7 +63,25 @@ def check_nccl_net(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     expected = "Using network (AWS) Libfabric, Selected provider efa"
     if (absent := absent_tool(ev, "efa.nccl_net", "Q", expected, B.NCCL_EFA_LOOPBACK, ref(36))) is not None:
         return [absent]
-    return [baseline.check_efa_used(ev.net, "efa.nccl_net", B.NCCL_EFA_LOOPBACK)]
+    used = baseline.check_efa_used(ev.net, "efa.nccl_net", B.NCCL_EFA_LOOPBACK)
+    return [used, *nccl_nics(ev, s)] if used.verdict is P else [used]
+
+
+def nccl_nics(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    """The NICs aws-ofi-nccl found (`Selected provider is efa ... (found N nics)`) against the
+    instance type's EFA count (catalog): a plugin that sees 16 of a p5's 32 EFA devices halves
+    the inter-node bandwidth while every other check passes. A log without the count proves
+    nothing either way and says so."""
+    n, net = s.sku.efa_interfaces, ev.net
+    cid, expected = "efa.nccl_nics", f"{n} NICs (the {s.sku.name}'s EFA devices)"
+    if net is None or net.nics is None:
+        return [result(cid, "Q", "not in the log", expected, P, None,
+                       "NCCL's log names no NIC count (no 'found N nics'): not compared", ref(36))]
+    if net.nics < n:
+        return [result(cid, "Q", f"{net.nics} NICs", expected, R, "nccl-nics-short",
+                       f"aws-ofi-nccl found {net.nics} NICs, the {s.sku.name} has {n} EFA devices: check the plugin's "
+                       "topology and the EFA devices, then retest", ref(36))]
+    return [result(cid, "Q", f"{net.nics} NICs", expected, P, None, "", ref(36))]
 
 
 def check_intra_node(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:

@@ -83,11 +83,18 @@ def parse_diag(text: str) -> DcgmDiag:
     if start >= 0:
         try:
             doc = json.loads(text[start:])
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             if "+---" in text:
                 return parse_text(text)
+            if "DCGM Diagnostic" in text:  # a 4.x document cut off (a timeout, a full disk)
+                return DcgmDiag(format="4.x-json", problems=(f"partial DCGM 4.x document: cut off ({exc})",))
             return DcgmDiag(format="unknown", problems=(f"invalid JSON: {exc}",))
-        return parse_json(doc)
+        if not isinstance(doc, dict):
+            return DcgmDiag(format="unknown", problems=(f"the JSON document is a {type(doc).__name__}, not an object",))
+        try:
+            return parse_json(doc)
+        except (AttributeError, TypeError, ValueError) as exc:  # a value of a shape no dcgmi writes
+            return DcgmDiag(format="unknown", problems=(f"unreadable DCGM JSON: {type(exc).__name__}: {exc}"[:300],))
     return parse_text(text)
 
 
@@ -107,6 +114,9 @@ def _plain_result(category: str, test: str, status: str, gpu: int | None, info: 
     return r
 
 
+_FRAGMENT_KEYS = frozenset({"test_categories", "entity_groups", "metadata"})  # 4.x schema: top level and body
+
+
 def parse_json(doc: dict) -> DcgmDiag:
     problems: list[str] = []
     if "DCGM Diagnostic" in doc:
@@ -118,10 +128,16 @@ def parse_json(doc: dict) -> DcgmDiag:
         fmt, body = "3.x-json", doc["DCGM GPU Diagnostic"]
         version = doc.get("version")
         driver = doc.get("Driver Version Detected")
+    elif _FRAGMENT_KEYS & set(doc):  # DCGM 4.x pieces without the document around them
+        return DcgmDiag(format="4.x-json", problems=(
+            f"partial DCGM 4.x document: {', '.join(sorted(_FRAGMENT_KEYS & set(doc)))} without the "
+            "'DCGM Diagnostic' object the 4.x schema requires (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json)",))
     else:
         return DcgmDiag(format="unknown", problems=("neither 'DCGM Diagnostic' nor 'DCGM GPU Diagnostic' found",))
     if not isinstance(body, dict):
         return DcgmDiag(format=fmt, problems=("diagnostic body is not an object",))
+    if fmt == "4.x-json" and "metadata" not in doc:
+        problems.append("partial DCGM 4.x document: no 'metadata' (the schema requires metadata.version)")
     if version is None:
         problems.append("DCGM version not in the output; severities read with the >= 3.3.1 enum")
     results: list[DcgmResult] = []
