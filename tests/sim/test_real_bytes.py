@@ -161,11 +161,38 @@ def fabric_section(text: str) -> list[str]:
     return out
 
 
-def test_q_fabric_section_has_the_real_driver_580_keys_and_nesting(healthy):
+H100_Q = "nvidia_smi_q__h100_1gpu_drv590__nvidia_gpu_exporter_capture.txt"
+
+
+def key_paths(text: str) -> list[tuple[str, ...]]:
+    """Each GPU section's keys with their parents, in order (the first GPU's)."""
+    from gpufleet.sim.smi_q_layout import paths
+
+    lines = text.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("GPU 00000000:"))
+    end = next((n for n, line in enumerate(lines) if n > start and line.startswith("GPU 00000000:")), len(lines))
+    return [p for p, _ in paths(lines[start + 1:end])]
+
+
+def test_q_has_every_section_of_the_real_h100_capture_in_order(healthy):
     files, _ = healthy
-    assert fabric_section(files[B.SMI_Q]) == fabric_section(real("nvidia_smi_q__h200_1gpu_vm_drv580__captured.txt"))
+    assert key_paths(files[B.SMI_Q]) == key_paths(real(H100_Q))
+    assert len({p[0] for p in key_paths(files[B.SMI_Q])}) >= 60
+    assert fabric_section(files[B.SMI_Q]) == fabric_section(real(H100_Q))
     q = nvidia_smi.parse_q(files[B.SMI_Q])
     assert len(q.gpus) == 8 and not q.problems
+    uuids = re.findall(r"GPU UUID\s+: (\S+)", files[B.SMI_Q])
+    assert uuids == [re.search(r"UUID: (GPU-[^)]+)", line).group(1)  # type: ignore[union-attr]
+                     for line in files[B.NVLINK_S].splitlines() if line.startswith("GPU ")]
+    bus_ids = re.findall(r"Bus Id\s+: (\S+)", files[B.SMI_Q])
+    assert bus_ids == [line.split(", ")[4] for line in files[B.QUERY_GPU].splitlines()[1:]]
+
+
+def test_q_healthy_fabric_health_reads_na_as_on_the_real_h100(healthy):
+    files, _ = healthy
+    section = files[B.SMI_Q].split("    Fabric\n", 1)[1].split("    Processes", 1)[0]
+    real_section = real(H100_Q).split("    Fabric\n", 1)[1].split("    Processes", 1)[0]
+    assert section == real_section  # Completed/Success, clique 0, the zero cluster UUID, health N/A
 
 
 def test_q_cuda_version_is_the_drivers():
@@ -273,7 +300,8 @@ def test_each_quirk_changes_only_what_it_names():
 
 def test_quirks_read_as_the_field_prints_them():
     q = changed("fabric-unhealthy")[B.SMI_Q]
-    assert re.search(r"Health\n\s+Summary\s+: Unhealthy\n", q)
+    assert re.search(r"Health\n\s+Summary\s+: Unhealthy\n\s+Bandwidth\s+: Full\n", q)
+    assert q.count("Summary                                    : Unhealthy") == 1
     assert "Bandwidth                                  : Degraded" in changed("fabric-degraded-bandwidth")[B.SMI_Q]
     assert re.search(r"NVRM: Xid \(PCI:0000:[0-9a-f]{2}:00 GPU-I:05\): 48, ", changed("xid-mig")[B.KERNEL_LOG])
     assert changed("tool-missing")[B.DCGM_DIAG] == "bash: line 1: dcgmi: command not found\n"

@@ -86,9 +86,10 @@ EFFECTS: dict[str, FaultEffect] = {e.kind: e for e in (
     _e("unreachable", "configure", (), "none", None, "SSH/SSM never answers: the host is UNREACHABLE"),
     _e("configure-failed", "configure", (), "none", None, "a site.yml task fails on this host"),
     # --- the field's quirks (issue 19): what real nodes print that a clean simulator never did
-    _e("fabric-unhealthy", "preflight", ("fabric-health-summary",), "quarantine", None,
-       "driver 570+: Fabric > Health > Summary Unhealthy on one GPU, registration Completed/Success beside it"),
-    _e("fabric-degraded-bandwidth", "preflight", ("fabric-health-bandwidth",), "quarantine", None,
+    _e("fabric-unhealthy", "preflight", ("fabric-route-unhealthy",), "quarantine", None,
+       "driver 570+: Fabric > Health > Summary Unhealthy, Route Unhealthy True on one GPU, registration "
+       "Completed/Success beside it"),
+    _e("fabric-degraded-bandwidth", "preflight", ("fabric-bandwidth-degraded",), "quarantine", None,
        "driver 570+: Fabric > Health > Bandwidth Degraded (NVLinks to the NVSwitches lost), Summary still Healthy"),
     _e("fabric-in-progress", "preflight", ("fabric-not-ready",), "retest", "reboot",
        "fabric registration In Progress at collection time; a reboot restarts the fabric manager, which registers"),
@@ -99,11 +100,12 @@ EFFECTS: dict[str, FaultEffect] = {e.kind: e for e in (
        "nvidia-smi -q cut off mid-document (a collector timeout): unreadable, retest; the next collection is whole"),
     _e("xid-mig", "preflight", ("xid-48",), "quarantine", None,
        "a double-bit ECC Xid in the MIG form `Xid (PCI:0000:xx:00 GPU-I:05): 48` (GPU instance named)"),
-    _e("tool-missing", "preflight", ("tool-missing-dcgmi",), "quarantine", None,
-       "dcgmi not installed on the image: `command not found`, exit 127; an image defect, not the GPUs'"),
-    _e("nic-count-short", "preflight", ("efa-count",), "quarantine", None,
+    _e("tool-missing", "preflight", ("tool-missing-dcgmi",), "retest", None,
+       "dcgmi not installed on the image: `command not found`, exit 127; not the GPUs' fault, so a retest, "
+       "which a reboot does not fix (the image lacks it)"),
+    _e("nic-count-short", "preflight", ("efa-missing",), "quarantine", None,
        "half the SKU's EFA devices: fi_info and NCCL's `found N nics` list 16 of a p5's 32"),
-    _e("plugin-beta", "preflight", ("version-aws_ofi_nccl",), "quarantine", None,
+    _e("plugin-beta", "preflight", ("version-aws-ofi-nccl",), "quarantine", None,
        "aws-ofi-nccl 1.16.0-beta against a BOM pin of 1.16.0: a pre-release is skew, not the pinned release"),
     # --- invisible at admission: the field data's classes no preflight can see (counted apart)
     _e("latent", "latent", (), "none", None,

@@ -22,7 +22,7 @@ from gpufleet import catalog
 from gpufleet.gates import bundle as B
 from gpufleet.gates import synth
 from gpufleet.gates.image import image_runtime
-from gpufleet.sim import nccl_text
+from gpufleet.sim import nccl_text, smi_q_layout
 from gpufleet.sim.faults import LATENT
 
 SYNTH_HOST = "ip-10-0-0-1"  # the host name synth prints in kernel and NCCL lines
@@ -143,6 +143,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     files[B.SMI_Q] = _with_clock_counters(files[B.SMI_Q])
     files[B.SMI_Q] = _with_real_header(files[B.SMI_Q], versions["nvidia_driver"])
     files[B.SMI_Q] = _with_fabric_health(files[B.SMI_Q], sku.nvswitch, look.fault)
+    files[B.SMI_Q] = _full_q(files[B.SMI_Q], sku, versions["nvidia_driver"])
     files[B.QUERY_GPU] = _fabric_cells(files[B.QUERY_GPU], look.fault)
     files[B.FI_INFO] = _fi_info_for(files[B.FI_INFO], versions.get("libfabric") or "", sku.efa_interfaces,
                                     look.fault == "nic-count-short")
@@ -193,6 +194,10 @@ FABRIC_FAULT_STATE = {"fabric-in-progress": ("In Progress", "N/A"),
 
 
 def _health(fault: str | None) -> dict[str, str]:
+    """A healthy H100 prints every health row N/A (the real H100 590 capture); a GPU whose fabric
+    reports a fault fills them (NVML's health mask and summary)."""
+    if fault not in ("fabric-unhealthy", "fabric-degraded-bandwidth"):
+        return dict.fromkeys(HEALTHY_FABRIC, "N/A")
     h = dict(HEALTHY_FABRIC)
     if fault == "fabric-unhealthy":
         h.update({"Summary": "Unhealthy", "Route Unhealthy": "True"})
@@ -223,9 +228,41 @@ def _with_fabric_health(text: str, nvswitch: bool, fault: str | None) -> str:
             out.append(f"{pad}Health")
             for k, v in _health(fault if bad else None).items():
                 out.append(f"{pad}    {k:<43}: {'N/A' if na else v}")
-            out.append(f"{pad}    {'Partition Assigned':<43}: N/A")  # as the real 580 capture prints it
             continue
         out.append(line)
+    return "\n".join(out) + "\n"
+
+
+ARCHITECTURE = {"A100": "Ampere", "H100": "Hopper", "H200": "Hopper", "B200": "Blackwell", "L40S": "Ada Lovelace"}
+
+
+def _full_q(text: str, sku: catalog.InstanceType, driver: str) -> str:
+    """Every GPU section laid out as the real tool prints it (sim/smi_q_layout.py: the real H100
+    capture's ~65 sections), carrying this GPU's values: what synth and the faults rendered, its
+    identity (bus, minor number, UUID and serial as nvlink -s and dcgmi name them), the memory of
+    the SKU, the driver's GSP firmware."""
+    lines = text.splitlines()
+    starts = [n for n, line in enumerate(lines) if line.startswith("GPU 00000000:")]
+    if not starts:
+        return text
+    out = lines[:starts[0]]
+    arch = next((a for m, a in ARCHITECTURE.items() if m in sku.gpu_model), "N/A")
+    total = sku.hbm_gib_per_gpu * 1019  # the query CSV's memory.total (synth)
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        header = lines[start]
+        bus = header.split(":")[1]  # GPU 00000000:53:00.0 -> 53
+        gpu = int(bus, 16)
+        index = (gpu - 0x53) // 0x10
+        overrides = {("Product Architecture",): arch, ("Minor Number",): str(index), ("Module Id",): str(index + 1),
+                     ("Platform Info", "Module Id"): str(index + 1),
+                     ("GPU UUID",): f"GPU-{index:08d}-0000-0000-0000-000000000000",
+                     ("Serial Number",): f"165{index:010d}", ("GSP Firmware Version",): driver,
+                     ("PCI", "Bus"): f"0x{gpu:02X}", ("PCI", "Device"): "0x00",
+                     ("PCI", "Bus Id"): header.split(" ", 1)[1],
+                     ("FB Memory Usage", "Total"): f"{total} MiB", ("FB Memory Usage", "Reserved"): "479 MiB",
+                     ("FB Memory Usage", "Free"): f"{total - 479} MiB"}
+        out += [header, *smi_q_layout.overlay(lines[start + 1:end], overrides)]
     return "\n".join(out) + "\n"
 
 
