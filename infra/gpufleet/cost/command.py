@@ -143,7 +143,9 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
     sku = catalog.get(spec.cluster.instance_type)
     units = [rep.UnitNodes(unit=u.id, partition=u.partition, slots=tuple(plan.nodes[i].name for i in u.nodes),
                            gpus=len(u.gpus)) for u in plan.units]
-    price, missing = resolve(spec)
+    from gpufleet.cost.price_list import SNAPSHOT, read_snapshot
+
+    price, missing = resolve(spec, read_snapshot(project.state_dir(stack) / SNAPSHOT))
     jobs, skipped, problems = read_jobs(spec, project, stack, window)
     history, history_note, more = read_history(spec, project, stack)
     problems += more
@@ -195,3 +197,37 @@ def summary(report: Any) -> str:
     for problem in [*report.problems, *([report.missing_price] if report.missing_price else [])]:
         lines.append(f"  INCOMPLETE: {problem}")
     return "\n".join(lines)
+
+
+@click.command()
+@click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
+@click.option("--block-hours", default=24, show_default=True, type=click.IntRange(24, 182 * 24),
+              help="The Capacity Block duration whose offerings are priced.")
+def prices(stack: str, block_hours: int) -> None:
+    """Read the stack's instance prices from AWS (Price List API, Capacity Block offerings) into
+    the stack's dated price snapshot, which `gpufleet cost` then uses. Exit 1 when AWS cannot be
+    reached (the snapshot is left as it was)."""
+    import boto3
+    from botocore.config import Config
+
+    from gpufleet.cost import price_list as pl
+    from gpufleet.project import current_project
+    from gpufleet.spec import load_stack_path
+
+    project = current_project()
+    spec = load_stack_path(project.stack_file(stack))
+    it, region = spec.cluster.instance_type, spec.cluster.region
+    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3})
+    pricing = boto3.client("pricing", region_name=pl.PRICING_REGION, config=config)
+    ec2 = boto3.client("ec2", region_name=region, config=config)
+    found = [p for p in (pl.fetch_on_demand(pricing, it, region),) if p is not None]
+    found += [pl.reservation(p) for p in found]
+    block = pl.fetch_capacity_block(ec2, it, region, hours=block_hours)
+    found += [block] if block is not None else []
+    path = pl.write_snapshot(project.state_dir(stack) / pl.SNAPSHOT, found, datetime.now(timezone.utc))
+    for p in found:
+        click.echo(f"{p.instance_type} {p.basis} {p.region}: {p.usd_per_hour:.4f} USD/h ({p.source}; {p.dated})")
+    missing = {"on-demand", "capacity-block"} - {p.basis for p in found}
+    if missing:
+        click.echo(f"no {' or '.join(sorted(missing))} price for {it} in {region} from AWS", err=True)
+    click.echo(str(path))

@@ -8,7 +8,11 @@ tells the operator what to set (the command exits 2 after writing the report).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from gpufleet import catalog
+from gpufleet.catalog_prices import Price
+from gpufleet.cost.price_list import find
 from gpufleet.cost.report import PriceUsed
 from gpufleet.spec import CapacityType, ClusterSpec
 
@@ -21,8 +25,9 @@ def basis_for(spec: ClusterSpec) -> str:
     return spec.cost.pricing or _BASIS[spec.cluster.capacity.type]
 
 
-def resolve(spec: ClusterSpec) -> tuple[PriceUsed | None, str | None]:
-    """(price, None) or (None, what to set)."""
+def resolve(spec: ClusterSpec, snapshot: Sequence[Price] = ()) -> tuple[PriceUsed | None, str | None]:
+    """(price, None) or (None, what to set). The stack's own rate wins, then the stack's snapshot
+    from AWS (`gpufleet prices`), then the shipped catalog."""
     it, region, basis = spec.cluster.instance_type, spec.cluster.region, basis_for(spec)
     gpus = catalog.get(it).gpus
     if spec.cost.price_per_instance_hour is not None:
@@ -30,9 +35,10 @@ def resolve(spec: ClusterSpec) -> tuple[PriceUsed | None, str | None]:
         return PriceUsed(instance_type=it, basis=basis, region=region, usd_per_instance_hour=rate,
                          usd_per_gpu_hour=rate / gpus, source=f"{OVERRIDE_FIELD} (the stack file)",
                          dated="as set in the stack"), None
-    found = catalog.price(it, basis, region)  # type: ignore[arg-type]
+    found = find(snapshot, it, basis, region) or catalog.price(it, basis, region)  # type: ignore[arg-type]
     if found is None:
-        return None, (f"no price for {it} ({basis}, {region}) in the catalog: set {OVERRIDE_FIELD} "
+        return None, (f"no price for {it} ({basis}, {region}) in the catalog or the stack's price snapshot: "
+                      f"run `gpufleet prices -s STACK` with AWS credentials, or set {OVERRIDE_FIELD} "
                       f"(USD per instance-hour)")
     return PriceUsed(instance_type=it, basis=basis, region=region, usd_per_instance_hour=found.usd_per_hour,
                      usd_per_gpu_hour=found.usd_per_hour / gpus, source=found.source, dated=found.dated,
