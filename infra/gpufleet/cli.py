@@ -211,6 +211,8 @@ from gpufleet.ops.command import readmit as _readmit_command  # noqa: E402
 _pool_command.add_command(_readmit_command)
 from gpufleet.cost.command import cost as _cost_command  # noqa: E402
 main.add_command(_cost_command)
+from gpufleet.cost.command import prices as _prices_command  # noqa: E402
+main.add_command(_prices_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
