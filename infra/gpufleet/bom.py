@@ -2,7 +2,9 @@
 
 `images/bom.yaml` is the single source the roles install from, the image is built from, and
 the gates compare nodes against; `images/compat.yaml` holds the compatibility rules between
-those versions as data, each table citing its source. Schema errors raise ConfigError (the
+those versions as data, each table citing its source; what the vendors ship together (the EFA
+installer's libfabric and aws-ofi-nccl, driver branches, DCGM packages, FSx's Lustre clients) is
+`gpufleet.vendor_releases`, their published release data, which the BOM must match. Schema errors raise ConfigError (the
 file is unusable); broken compatibility comes back as ERROR findings, like every validator.
 """
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpufleet.errors import ConfigError, ConfigErrors
 from gpufleet.findings import Finding, error
 from gpufleet.project import Project, current_project
+from gpufleet.vendor_releases import DCGM_4, DRIVER_BRANCHES, EFA_INSTALLER, lustre_series
 
 if TYPE_CHECKING:
     from gpufleet.spec import ClusterSpec
@@ -173,9 +176,11 @@ class CompatRules(_Frozen):
     schema_version: Literal[1] = Field(alias="schema")
     cuda_minimum_driver: CudaDriverRule
     aws_ofi_nccl: OfiRule
-    efa_installer_libfabric: EfaLibfabricRule
     fabric_manager_matches_driver: _Cited
-    lustre_client_kernel: LustreRule
+    # Superseded by gpufleet.vendor_releases (the vendors' release rows); still accepted so an older
+    # project's compat.yaml loads, never read.
+    efa_installer_libfabric: EfaLibfabricRule | None = None
+    lustre_client_kernel: LustreRule | None = None
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -258,15 +263,7 @@ def check_compatibility(bom: Bom, os: str, rules: CompatRules | None = None) -> 
         out.append(error("BOM_CUDA_DRIVER", "bom.nvidia_driver.version",
                          f"CUDA {c.cuda.version} needs driver >= {need}, the BOM pins {drv}"))
     out += _check_ofi(bom, rules)
-    installer = c.efa_installer
-    shipped = rules.efa_installer_libfabric.table.get(installer.version)
-    if shipped is None:
-        out.append(error("BOM_EFA_UNKNOWN", "bom.efa_installer.version",
-                         f"EFA installer {installer.version} is not in compat.yaml efa_installer_libfabric"))
-    elif shipped != installer.libfabric:
-        out.append(error("BOM_EFA_LIBFABRIC", "bom.efa_installer.libfabric",
-                         f"EFA installer {installer.version} ships libfabric {shipped}, "
-                         f"the BOM says {installer.libfabric}"))
+    out += _check_vendor_sets(bom)
     if os not in bom.os:
         out.append(error("BOM_OS_MISSING", f"bom.os.{os}", f"the BOM pins nothing for node OS {os}"))
         return out
@@ -293,19 +290,54 @@ def _check_ofi(bom: Bom, rules: CompatRules) -> list[Finding]:
     return out
 
 
+def _check_vendor_sets(bom: Bom) -> list[Finding]:
+    """The BOM pins what the vendors ship together (gpufleet.vendor_releases), each rule with its row's source."""
+    c = bom.components
+    out = []
+    installer = c.efa_installer
+    release = EFA_INSTALLER.get(installer.version)
+    if release is None:
+        out.append(error("BOM_EFA_UNKNOWN", "bom.efa_installer.version",
+                         f"EFA installer {installer.version} is not in gpufleet.vendor_releases.EFA_INSTALLER "
+                         f"(known: {', '.join(EFA_INSTALLER)}); add its release-notes row"))
+    else:
+        where = f"({', '.join(release.sources)}, {release.date})"
+        if release.libfabric != installer.libfabric:
+            out.append(error("BOM_EFA_LIBFABRIC", "bom.efa_installer.libfabric",
+                             f"EFA installer {installer.version} ships libfabric {release.libfabric}, "
+                             f"the BOM says {installer.libfabric} {where}"))
+        if release.aws_ofi_nccl != c.aws_ofi_nccl.version:
+            bundling = [r.version for r in EFA_INSTALLER.values() if r.aws_ofi_nccl == c.aws_ofi_nccl.version]
+            out.append(error("BOM_EFA_OFI_NCCL", "bom.aws_ofi_nccl.version",
+                             f"EFA installer {installer.version} installs aws-ofi-nccl (libnccl-ofi) "
+                             f"{release.aws_ofi_nccl}, the BOM pins {c.aws_ofi_nccl.version}, which "
+                             + (f"installers {', '.join(bundling)} bundle" if bundling else "no installer bundles")
+                             + f"; nothing else installs the plugin {where}"))
+    branch = DRIVER_BRANCHES.get(c.nvidia_driver.branch)
+    if branch is None:
+        out.append(error("BOM_DRIVER_BRANCH_UNKNOWN", "bom.nvidia_driver.branch",
+                         f"driver branch R{c.nvidia_driver.branch} is not in gpufleet.vendor_releases.DRIVER_BRANCHES "
+                         f"(known: {', '.join(DRIVER_BRANCHES)})"))
+    if series(c.dcgm.version, 1) == "4" and series(c.cuda.version, 1) not in DCGM_4:
+        out.append(error("BOM_DCGM_CUDA", "bom.dcgm.version",
+                         f"DCGM 4 publishes packages for CUDA {', '.join(DCGM_4)}, not CUDA "
+                         f"{series(c.cuda.version, 1)} ({next(iter(DCGM_4.values())).source})"))
+    return out
+
+
 def _check_os(pins: OsPins, os: str, rules: CompatRules) -> list[Finding]:
     out = []
     if series(pins.kernel.minimum) != pins.kernel.family:
         out.append(error("BOM_KERNEL_FAMILY", f"bom.os.{os}.kernel.minimum",
                          f"minimum kernel {pins.kernel.minimum} is not in family {pins.kernel.family}"))
-    rows = [r for r in rules.lustre_client_kernel.table if r.os == os and r.kernel == pins.kernel.family]
-    if not rows:
+    shipped = lustre_series(os, pins.kernel.family)  # FSx's published clients (gpufleet.vendor_releases)
+    if not shipped:
         out.append(error("BOM_LUSTRE_KERNEL", f"bom.os.{os}.kernel.family",
                          f"FSx publishes no Lustre client for {os} on kernel {pins.kernel.family}"))
-    elif series(pins.lustre_client) not in {r.lustre for r in rows}:
+    elif series(pins.lustre_client) not in shipped:
         out.append(error("BOM_LUSTRE_CLIENT", f"bom.os.{os}.lustre_client",
                          f"{os} kernel {pins.kernel.family} takes Lustre client "
-                         f"{', '.join(sorted({r.lustre for r in rows}))}.x, the BOM pins {pins.lustre_client}"))
+                         f"{', '.join(sorted(shipped))}.x, the BOM pins {pins.lustre_client}"))
     return out
 
 

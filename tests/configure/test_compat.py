@@ -1,4 +1,5 @@
-"""Each compatibility rule in images/compat.yaml: one passing and one rejected case."""
+"""Each compatibility rule (images/compat.yaml and the vendors' release rows in
+gpufleet.vendor_releases): one passing and one rejected case."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import copy
 
 import pytest
 
+import re
+
+from gpufleet import vendor_releases as vendor
 from gpufleet.bom import Bom, check_compatibility, load_bom, load_compat
 
 RULES = load_compat()
@@ -30,11 +34,16 @@ REJECTED = [
     (dict(components__cuda__version="12.7.0"), "BOM_CUDA_UNKNOWN", "bom.cuda.version"),
     (dict(components__nccl__version="2.28.3"), "BOM_NCCL_RANGE", "bom.nccl.version"),
     (dict(components__nccl__version="2.16.5"), "BOM_NCCL_RANGE", "bom.nccl.version"),
-    (dict(components__aws_ofi_nccl__version="1.15.0"), "BOM_OFI_UNKNOWN", "bom.aws_ofi_nccl.version"),
-    (dict(components__efa_installer={"version": "1.22.0", "libfabric": "1.17.0"}), "BOM_OFI_LIBFABRIC",
-     "bom.efa_installer.libfabric"),
     (dict(components__efa_installer__libfabric="2.1.0amzn4.0"), "BOM_EFA_LIBFABRIC", "bom.efa_installer.libfabric"),
-    (dict(components__efa_installer__version="1.40.0"), "BOM_EFA_UNKNOWN", "bom.efa_installer.version"),
+    (dict(components__efa_installer={"version": "1.40.0", "libfabric": "2.1.0amzn5.0"}), "BOM_EFA_UNKNOWN",
+     "bom.efa_installer.version"),
+    (dict(components__efa_installer={"version": "1.43.1", "libfabric": "2.1.0amzn5.0"}), "BOM_EFA_OFI_NCCL",
+     "bom.aws_ofi_nccl.version"),
+    (dict(components__nvidia_driver={"branch": "590", "version": "590.48.01", "kernel_modules": "open"},
+          components__fabric_manager__version="590.48.01"), "BOM_DRIVER_BRANCH_UNKNOWN", "bom.nvidia_driver.branch"),
+    (dict(components__nvidia_driver={"branch": "580", "version": "580.65.06", "kernel_modules": "open"},
+          components__fabric_manager__version="580.65.06", components__cuda__version="13.0.0"),
+     "BOM_DCGM_CUDA", "bom.dcgm.version"),
     (dict(os__ubuntu_2204__kernel={"family": "6.5", "minimum": "6.5.0-1024-aws"}), "BOM_LUSTRE_KERNEL",
      "bom.os.ubuntu-22.04.kernel.family"),
     (dict(os__ubuntu_2204__lustre_client="2.12.8"), "BOM_LUSTRE_CLIENT", "bom.os.ubuntu-22.04.lustre_client"),
@@ -60,10 +69,9 @@ def _apply(changes: dict) -> Bom:
          components__fabric_manager__version="570.195.03"),
     dict(components__nccl__version="2.17.1"),
     dict(components__nccl__version="2.27.5"),
-    dict(components__aws_ofi_nccl__version="1.16.3", components__nccl__version="2.27.7"),
-    dict(components__aws_ofi_nccl__version="1.19.0", components__nccl__version="2.29.7"),
+    dict(components__nccl__version="2.27.7"),
     dict(os__ubuntu_2204__kernel={"family": "5.15", "minimum": "5.15.0-1080-aws"}),
-], ids=["older-cuda", "driver-on-branch", "nccl-min", "nccl-max", "ofi-1.16.3", "ofi-1.19.0", "kernel-5.15"])
+], ids=["older-cuda", "driver-on-branch", "nccl-min", "nccl-2.27.5", "nccl-max", "kernel-5.15"])
 def test_passing_variants(changes):
     assert codes(_apply(changes)) == []
 
@@ -82,6 +90,60 @@ def test_os_without_pins_is_an_error():
 
 
 def test_every_rule_cites_a_source():
-    for name in ("cuda_minimum_driver", "aws_ofi_nccl", "efa_installer_libfabric",
-                 "fabric_manager_matches_driver", "lustre_client_kernel"):
+    for name in ("cuda_minimum_driver", "aws_ofi_nccl", "fabric_manager_matches_driver"):
         assert "http" in getattr(RULES, name).source
+
+
+# --- the vendors' release sets ---------------------------------------------------------------
+
+def test_the_old_bom_pairs_versions_no_vendor_ships():
+    """EFA installer 1.41.0 ships libfabric 2.1.0amzn2.0 and libnccl-ofi 1.14.2; no installer bundled 1.16.0."""
+    old = _apply(dict(components__efa_installer={"version": "1.41.0", "libfabric": "2.1.0amzn3.0"},
+                      components__aws_ofi_nccl__version="1.16.0", components__nccl__version="2.27.5"))
+    findings = {f.code: f.message for f in check_compatibility(old, "ubuntu-22.04", RULES)}
+    assert set(findings) == {"BOM_EFA_LIBFABRIC", "BOM_EFA_OFI_NCCL"}
+    assert "ships libfabric 2.1.0amzn2.0" in findings["BOM_EFA_LIBFABRIC"]
+    assert "installs aws-ofi-nccl (libnccl-ofi) 1.14.2" in findings["BOM_EFA_OFI_NCCL"]
+    assert "no installer bundles" in findings["BOM_EFA_OFI_NCCL"] and vendor.EFA_CHANGELOG in findings["BOM_EFA_OFI_NCCL"]
+
+
+def test_the_shipped_bom_is_the_parallelcluster_set():
+    """ParallelCluster 3.14's set (aws-parallelcluster-cookbook#3012): driver 570.172.08, EFA 1.43.2 with
+    libfabric 2.1.0amzn5.0 and aws-ofi-nccl 1.16.3, Slurm 24.11.6."""
+    bom = load_bom()
+    c = bom.components
+    assert (c.nvidia_driver.version, c.efa_installer.version, c.efa_installer.libfabric, c.aws_ofi_nccl.version) == (
+        "570.172.08", "1.43.2", "2.1.0amzn5.0", "1.16.3")
+    assert {o.slurm for o in bom.os.values()} == {"24.11.6"}
+    row = vendor.EFA_INSTALLER["1.43.2"]
+    assert (row.libfabric, row.aws_ofi_nccl) == (c.efa_installer.libfabric, c.aws_ofi_nccl.version)
+    assert vendor.PCLUSTER_EFA_1_43_2 in row.sources
+
+
+@pytest.mark.parametrize("installer", sorted(vendor.EFA_INSTALLER))
+def test_each_installer_release_paired_as_published_passes(installer):
+    """A BOM that takes an installer row's own libfabric and plugin passes the vendor rules (NCCL and
+    the plugin's range are compat.yaml's business: only plugins it knows are tried)."""
+    row = vendor.EFA_INSTALLER[installer]
+    bom = _apply(dict(components__efa_installer={"version": installer, "libfabric": row.libfabric},
+                      components__aws_ofi_nccl__version=row.aws_ofi_nccl))
+    vendor_codes = {"BOM_EFA_LIBFABRIC", "BOM_EFA_OFI_NCCL", "BOM_EFA_UNKNOWN"}
+    assert vendor_codes.isdisjoint(codes(bom))
+
+
+def test_every_vendor_row_has_a_source_and_a_date():
+    rows = [*vendor.EFA_INSTALLER.values(), *vendor.DRIVER_BRANCHES.values(), *vendor.DCGM_4.values(),
+            *vendor.LUSTRE_CLIENTS]
+    for row in rows:
+        sources = getattr(row, "sources", None) or (row.source,)
+        assert all(s.startswith("https://") for s in sources), row
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row.date), row
+
+
+def test_the_generated_node_outputs_follow_the_release_rows():
+    """What a stub of a node's tools prints comes from the vendor row, never from the BOM."""
+    text = vendor.fi_info_version("1.41.0")
+    assert "libfabric: 2.1.0amzn2.0" in text.splitlines()
+    manifest = vendor.efa_installed_packages("1.43.2")
+    assert manifest.startswith("# EFA installer version: 1.43.2\n")
+    assert "libnccl-ofi_1.16.3-1_amd64" in manifest.split() and "libfabric1-aws_2.1.0amzn5.0_amd64" in manifest.split()

@@ -77,9 +77,9 @@ def test_injected_drift_is_reported_in_its_layer_and_named(clean_fleet):
                   for f in layers["software"]["findings"])
     assert soft == [
         ("check-mode", "audit20-b0003-n00019", "aws_ofi_nccl : Install the plugin", "unchanged", "would change"),
-        ("mixed-versions", "block 3", "aws_ofi_nccl", None, "1.14.2 (1), 1.16.0 (4)"),
-        ("mixed-versions", "partition eval", "aws_ofi_nccl", None, "1.14.2 (1), 1.16.0 (9)"),
-        ("version", "audit20-b0003-n00019", "aws_ofi_nccl", "1.16.0", "1.14.2"),
+        ("mixed-versions", "block 3", "aws_ofi_nccl", None, "1.14.2 (1), 1.16.3 (4)"),
+        ("mixed-versions", "partition eval", "aws_ofi_nccl", None, "1.14.2 (1), 1.16.3 (9)"),
+        ("version", "audit20-b0003-n00019", "aws_ofi_nccl", "1.16.3", "1.14.2"),
     ]
     # the worst finding first
     assert doc["layers"][1]["findings"][0]["severity"] == "critical"

@@ -20,8 +20,8 @@ from gpufleet.gates import bundle as B
 # bom_versions(<the project's BOM>, "al2023"), so a BOM bump that forgets it fails there.
 DEFAULT_VERSIONS = {
     "kernel": "6.1.141-155.222.amzn2023.x86_64", "nvidia_driver": "570.172.08", "fabric_manager": "570.172.08",
-    "cuda": "12.8.1", "dcgm": "4.2.3", "nccl": "2.27.5", "aws_ofi_nccl": "1.16.0", "efa_installer": "1.41.0",
-    "libfabric": "2.1.0amzn3.0", "gdrcopy": "2.5.1", "containerd": "1.7.27", "nvidia_container_toolkit": "1.17.8",
+    "cuda": "12.8.1", "dcgm": "4.2.3", "nccl": "2.27.5", "aws_ofi_nccl": "1.16.3", "efa_installer": "1.43.2",
+    "libfabric": "2.1.0amzn5.0", "gdrcopy": "2.5.1", "containerd": "1.7.27", "nvidia_container_toolkit": "1.17.8",
     "lustre_client": "2.15.6", "kubelet": "1.33.4", "slurm": "24.11.6",
 }
 FAULTS = frozenset({
