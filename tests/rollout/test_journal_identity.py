@@ -1,15 +1,18 @@
-"""The journal reconciled with the world on resume (issue 21 item 6, the parts built): every event
-names its stack and cluster and a journal from another stack or cluster is refused; the
-communication baseline file is rebuilt from the journal."""
+"""The journal reconciled with the world on resume (issue 21 item 6): every event names its stack
+and cluster and a journal from another stack or cluster is refused; a journal behind the provider
+follows the provider's instances; the communication baseline file is rebuilt from the journal."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from gpufleet.errors import ConfigError
+from gpufleet.rollout.display import PlainDisplay
 from gpufleet.rollout.journal import Journal, LocalJournalStore
+from gpufleet.rollout.state import NodeStage
 
 from tests.rollout.fakes import FakeCloud
 from tests.rollout.helpers import orchestrator, small_spec
@@ -74,3 +77,33 @@ def test_the_communication_baseline_is_rebuilt_from_the_journal_on_resume(tmp_pa
     orchestrator(tmp_path, cloud, until_batch=2).run()
     after = json.loads(baseline.read_text())
     assert after["batches"] == before["batches"] and after["scales"] == before["scales"]
+
+
+def test_a_truncated_journal_follows_the_provider_instead_of_failing_healthy_slots(tmp_path):
+    """Cut the journal before the gates that quarantined a node: the provider already runs its
+    replacement. On resume the difference is journaled and shown, and the slot is gated on the
+    provider's instance (not on the stopped one the journal names: the admission record would name
+    an instance that does not run, and on the simulator it is unreachable, then blacklisted), with
+    its spare counted and nothing bought twice."""
+    slot = "tst-b0004-n00004"
+    spec = small_spec(maxFailureRate=0.5)
+    cloud = FakeCloud(faults={slot: frozenset({"nvlink_down"})})
+    orchestrator(tmp_path, cloud, spec).run()
+    launches = [x for x in cloud.ledger if x[0] == "launch"]
+    path = _journal(tmp_path)
+    lines = path.read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if json.loads(x)["type"] == "gated" and slot in json.loads(x)["nodes"])
+    path.write_text("\n".join(lines[:cut]) + "\n")
+    shown = io.StringIO()
+    o = orchestrator(tmp_path, cloud, spec)
+    o.journal.listeners.append(PlainDisplay(o.plan, lambda: 0.0, shown))
+    out = o.run()
+    assert out.finished and out.short == [] and not out.halted
+    n = out.state.nodes[slot]
+    assert n.stage is NodeStage.ADMITTED and n.instance_id == cloud.instances[slot].instance_id and not n.blacklisted
+    assert out.state.spares_used == 1
+    assert [x for x in cloud.ledger if x[0] == "launch"] == launches  # nothing launched again
+    rec = [json.loads(x) for x in path.read_text().splitlines() if json.loads(x)["type"] == "reconciled"]
+    assert rec and rec[0]["nodes"][slot]["action"] == "adopt"
+    assert rec[0]["nodes"][slot]["provider_instance"] == cloud.instances[slot].instance_id
+    assert f"gpufleet: reconcile node={slot} action=adopt" in shown.getvalue()

@@ -143,6 +143,10 @@ def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
         for slot, d in nodes.items():
             if (d or {}).get("shortfall"):
                 out.append(f"gpufleet: capacity-retry node={slot} batch={k} reason={_quote(d['shortfall'])}")
+    elif kind == "reconciled":
+        for slot, d in nodes.items():
+            out.append(f"gpufleet: reconcile node={slot} action={d.get('action')} journal={d.get('journal_instance')} "
+                       f"provider={d.get('provider_instance')} pool={d.get('pool')}")
     elif to == "halted" and kind in ("batch", "rollout"):
         where = f"batch={k}" if kind == "batch" else "rollout"
         out.append(f"gpufleet: halt {where} reason={_quote(event.get('reason', ''))}")

@@ -29,7 +29,7 @@ from gpufleet.errors import ConfigError
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.rollout import baselines as bl
-from gpufleet.rollout import events
+from gpufleet.rollout import events, reconcile
 from gpufleet.rollout.batch_stages import BatchStages
 from gpufleet.rollout.journal import Journal
 from gpufleet.rollout.run_config import Adapters, Options
@@ -149,6 +149,7 @@ class Orchestrator:
                               field="gpufleet:cluster / gpufleet:rollout",
                               expected="the layout the journal was started with, or --restart to archive it")
         if self.state.events > 1:
+            self._reconcile()
             self._rebuild_baselines()
         try:
             self._recheck()
@@ -175,6 +176,20 @@ class Orchestrator:
                 self.state.batch(b.number).stage is BatchStage.PASSED for b in self.plan.batches):
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
+
+    def _reconcile(self) -> None:
+        """The journal against the provider's inventory and the pool; differences journaled (and
+        shown), the slots it can follow adopted (gpufleet.rollout.reconcile)."""
+        if self.state.finished or self.state.halted or not self.state.nodes:
+            return
+        pool = {slot: node.state.value for slot, node in self.ports.pool.state().nodes.items()}
+        found = reconcile.differences(self.state, self.ports.provisioner.inventory(), pool)
+        if not found:
+            return
+        for slot, d in found.items():
+            if d["action"] == "adopt":
+                self.ports.pool.release(slot)  # the old instance's registration, if the pool had one
+        self.journal.append({"type": "reconciled", "nodes": found})
 
     def _rebuild_baselines(self) -> None:
         """On resume the communication baseline file is rewritten from the journal: a kill between a

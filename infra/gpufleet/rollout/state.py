@@ -506,6 +506,22 @@ def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
         raise IllegalTransition(f"acceptance {name} cannot go to {to!r}")
 
 
+def _reconciled(state: RolloutState, e: Mapping[str, Any]) -> None:
+    """The journal checked against the provider on resume (gpufleet.rollout.reconcile): an adopted
+    slot restarts its gates on the provider's instance, a spare counted; the rest is on record only."""
+    for slot, d in e["nodes"].items():
+        n = state.node(slot)
+        if d.get("action") != "adopt":
+            continue
+        if not d.get("provider_instance"):
+            raise IllegalTransition(f"{slot}: adopted without the provider's instance")
+        n.replacements += 1
+        n.instance_id, n.address, n.shortfall = d["provider_instance"], d.get("private_ip"), None
+        n.attempt, n.previous, n.decision, n.gate_record, n.bundle, n.remediation = 1, None, None, None, None, None
+        n.stage = S.PROVISIONED
+        n.history.append((S.PROVISIONED.value, n.instance_id, None))
+
+
 _HANDLERS = {"rollout": _rollout, "batch": _batch, "nodes": _nodes, "decided": _decided, "retest": _retest,
-             "gated": _gated, "network": _network, "stage": _stage,
+             "gated": _gated, "network": _network, "stage": _stage, "reconciled": _reconciled,
              "acceptance": _acceptance}
