@@ -11,9 +11,10 @@ Bases:
   on-demand       the published On-Demand rate (Linux).
   reservation     an On-Demand Capacity Reservation: billed at the On-Demand rate whether used or
                   not [odcr], so it is the on-demand entry, re-labelled with both sources.
-  capacity-block  EC2 Capacity Blocks for ML: the effective instance hourly rate of the
-                  reservation fee; AWS updates it regularly and a block keeps the rate it was
-                  bought at, so an old figure is only a reference.
+  capacity-block  EC2 Capacity Blocks for ML: the effective instance hourly rate of an offering's
+                  upfront fee. None is shipped: AWS changes the rate with demand and a block keeps
+                  the rate it was bought at, so it is read from AWS (`gpufleet prices`, EC2
+                  DescribeCapacityBlockOfferings) into the stack's snapshot, or set per stack.
 
 Sources:
   [dstack-4110]  github.com/dstackai/dstack/pull/4110 (2026-08-06): `dstack offer -b aws
@@ -21,17 +22,15 @@ Sources:
                  catalog). The PR is dated after AWS's June 2025 GPU price reduction; it does not
                  itself mention the reduction. The same figure appears in dstack PR #4069
                  (2026-07-27).
-  [cb-pricing]   "Amazon EC2 Capacity Blocks for ML Pricing" (aws.amazon.com/ec2/capacityblocks/
-                 pricing/), read from a stored copy at sibshop.uat.jiralog.com/ec2/capacityblocks/
-                 pricing; the page says "The current prices are scheduled to be updated on
-                 January 1, 2025", so the rates are those in effect before that date.
   [odcr]         AWS EC2 User Guide, "Capacity Reservation pricing and billing": "Capacity
                  Reservations are charged at the equivalent On-Demand rate whether you run
                  instances in reserved capacity or not."
 
 Not found in a citable source (absent on purpose): On-Demand rates after the June 2025 reduction
-for p4d/p4de/p5/p5e.48xlarge, Capacity Block rates for p5e/p5en (the stored Capacity Blocks table
-lost the instance-type cell of its H200 row) and for p4de.
+for p4d/p4de/p5/p5e.48xlarge and p6-b200.48xlarge. `gpufleet prices -s STACK` reads them from the
+AWS Price List API into the stack's dated snapshot (gpufleet.cost.price_list), which the cost
+report prefers to this table; the Capacity Block rates once here came from a third-party copy of
+AWS's page and were removed.
 """
 
 from __future__ import annotations
@@ -58,8 +57,6 @@ class Price:
 
 _DSTACK = "https://github.com/dstackai/dstack/pull/4110"
 _DSTACK_DATE = "2026-08-06"
-_CB = "http://sibshop.uat.jiralog.com/ec2/capacityblocks/pricing (copy of aws.amazon.com/ec2/capacityblocks/pricing/)"
-_CB_DATE = "rates in effect before 2025-01-01 (the page: scheduled to be updated on January 1, 2025)"
 ODCR_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-pricing-billing.html"
 
 
@@ -68,19 +65,10 @@ def _od(instance_type: str, region: str, usd: float) -> Price:
                  "dstack offer on-demand row (gpuhunt catalog)")
 
 
-def _cb(instance_type: str, region: str, usd: float) -> Price:
-    return Price(instance_type, "capacity-block", region, usd, _CB, _CB_DATE,
-                 "effective instance hourly rate of the reservation fee")
-
-
 PRICES: tuple[Price, ...] = (
     _od("p5en.48xlarge", "us-east-1", 63.296),  # [dstack-4110] aws (us-east-1) ... p5en.48xlarge $63.296
     _od("p5en.48xlarge", "us-east-2", 63.296),  # [dstack-4110] aws (us-east-2)
     _od("p5en.48xlarge", "us-west-2", 63.296),  # [dstack-4110] aws (us-west-2)
-    _cb("p5.48xlarge", "us-east-1", 39.33),  # [cb-pricing] US East (N. Virginia) $39.33, accelerator $4.916
-    _cb("p5.48xlarge", "us-east-2", 39.33),  # [cb-pricing] US East (Ohio) $39.33
-    _cb("p4d.24xlarge", "us-east-2", 14.75),  # [cb-pricing] US East (Ohio) $14.75, accelerator $1.844
-    _cb("p4d.24xlarge", "us-west-2", 14.75),  # [cb-pricing] US West (Oregon) $14.75
 )
 
 _BY_KEY = {(p.instance_type, p.basis, p.region): p for p in PRICES}

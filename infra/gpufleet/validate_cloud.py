@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from gpufleet import catalog
+from gpufleet.aws_rules import reservation_shares
 from gpufleet.errors import ExternalCommandFailed
 from gpufleet.findings import Finding, error, info, warning
 from gpufleet.spec import CapacityType, ClusterSpec
@@ -66,6 +67,7 @@ class Need:
     nodes: int
     vcpus: int
     rollout: timedelta
+    slots: int = 0  # the instances the program launches (spares are not launched), split over the ids
 
 
 def need_of(spec: ClusterSpec, plan: Any) -> Need:
@@ -74,7 +76,7 @@ def need_of(spec: ClusterSpec, plan: Any) -> Need:
                 availability_zone=spec.cluster.availability_zone,
                 nodes=nodes,
                 vcpus=nodes * spec.cluster.instance.vcpus,
-                rollout=modelled_rollout(len(plan.batches), spec.gates.dcgm_level))
+                rollout=modelled_rollout(len(plan.batches), spec.gates.dcgm_level), slots=len(plan.nodes))
 
 
 def modelled_rollout(batches: int, dcgm_level: int) -> timedelta:
@@ -123,19 +125,33 @@ def offering_findings(need: Need, offered_locations: Sequence[str]) -> list[Find
                   "(EC2 DescribeInstanceTypeOfferings); choose an AZ that offers it")]
 
 
+def _share_findings(r: Mapping[str, Any], kind: str, share: int) -> list[Finding]:
+    """The program splits the slots evenly over the ids (aws_rules.reservation_for); a reservation
+    smaller than its share overflows, and a targeted launch has no on-demand fallback."""
+    available = int(r.get("AvailableInstanceCount") or 0)
+    if available >= share:
+        return []
+    return [error("CAPACITY_SHARE_TOO_SMALL", F_CAPACITY,
+                  f"{kind} {r.get('CapacityReservationId')} has {available} available instances, but the program "
+                  f"launches {share} slots into it (an even split over the named ids); order the ids or "
+                  "resize the reservations so each holds its share")]
+
+
 def capacity_findings(capacity_type: CapacityType, requested_ids: Sequence[str],
                       reservations: Sequence[Mapping[str, Any]], need: Need, now: datetime) -> list[Finding]:
     """Do the targeted reservations or blocks hold nodes + spares, in the right AZ, for long enough?
 
     A reservation of the wrong type, AZ or platform, or in a state instances cannot launch into,
     is an ERROR and its instances do not count. The usable AvailableInstanceCount must reach
-    nodes + spares. A capacity block must not end (less AWS's 30-minute termination lead) before
+    nodes + spares, and each reservation must hold the share of slots the program launches into it. A capacity block must not end (less AWS's 30-minute termination lead) before
     the modelled rollout would finish, starting now or at the block's start, whichever is later.
     """
     block = capacity_type is CapacityType.CAPACITY_BLOCK
     kind = "capacity block" if block else "capacity reservation"
     findings: list[Finding] = []
     seen = {r.get("CapacityReservationId") for r in reservations}
+    shares = reservation_shares(need.slots, tuple(requested_ids))
+    overflow: list[Finding] = []  # reported when the sum is enough: CAPACITY_TOO_SMALL says the rest
     for missing in (i for i in requested_ids if i not in seen):
         findings.append(error("CAPACITY_NOT_FOUND", F_CAPACITY,
                               f"{kind} {missing} was not returned by EC2 DescribeCapacityReservations"))
@@ -159,6 +175,7 @@ def capacity_findings(capacity_type: CapacityType, requested_ids: Sequence[str],
         findings.extend(problems)
         if not any(p.level.value == "ERROR" for p in problems):
             usable += int(r.get("AvailableInstanceCount") or 0)
+            overflow.extend(_share_findings(r, kind, shares.get(rid, 0)))
         is_block = r.get("ReservationType") == "capacity-block"
         if is_block != block:
             findings.append(warning("CAPACITY_KIND_MISMATCH", F_CAPACITY,
@@ -170,6 +187,8 @@ def capacity_findings(capacity_type: CapacityType, requested_ids: Sequence[str],
         findings.append(error("CAPACITY_TOO_SMALL", F_CAPACITY,
                               f"usable {kind}s have {usable} available instances; the plan needs "
                               f"{need.nodes} ({need.instance_type}, nodes + spares)"))
+    else:
+        findings.extend(overflow)
     return findings
 
 

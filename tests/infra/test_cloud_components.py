@@ -56,11 +56,15 @@ def test_a_single_interface_layout_still_says_no_public_ip():
 def test_imdsv2_root_volume_and_placement(cap):
     lt, = cap.of_type(LT)
     md = lt.inputs["metadataOptions"]
-    assert (md["httpTokens"], md["httpPutResponseHopLimit"]) == ("required", 2)
+    assert (md["httpTokens"], md["httpPutResponseHopLimit"]) == ("required", 1)  # pods never get the node role
     assert all(m["ebs"]["encrypted"] == "true" for m in lt.inputs["blockDeviceMappings"])
-    pg, = cap.of_type("aws:ec2/placementGroup:PlacementGroup")
-    assert pg.inputs["strategy"] == "cluster"
-    assert lt.inputs["placement"] == {"groupName": pg.inputs["name"], "availabilityZone": cap.plan.availability_zone}
+    if cap.spec.cluster.capacity.type.value == "on-demand":
+        pg, = cap.of_type("aws:ec2/placementGroup:PlacementGroup")
+        assert pg.inputs["strategy"] == "cluster"
+        assert lt.inputs["placement"] == {"groupName": pg.inputs["name"], "availabilityZone": cap.plan.availability_zone}
+    else:  # reserved capacity is placed by AWS: a group of ours around it only costs capacity
+        assert cap.of_type("aws:ec2/placementGroup:PlacementGroup") == []
+        assert lt.inputs["placement"] == {"availabilityZone": cap.plan.availability_zone}
     assert {i.inputs["availabilityZone"] for i in cap.of_type(INSTANCE)} == {cap.plan.availability_zone}
 
 
@@ -119,7 +123,8 @@ def test_fsx_sized_by_the_plan(cap):
     assert fsx.inputs["perUnitStorageThroughput"] == s.throughput_per_tib
     assert fsx.inputs["dataCompressionType"] == "LZ4"
     assert fsx.inputs.get("efaEnabled", False) == s.efa_enabled
-    assert fsx.inputs["skipFinalBackup"] is False and fsx.options["protect"] is True
+    # linked to S3 (every stack here): FSx takes no backups, the versioned bucket is the durable copy
+    assert fsx.inputs["skipFinalBackup"] is True and fsx.options["protect"] is True
     assert (_sg(cap, "efa").outputs["id"] in fsx.inputs["securityGroupIds"]) == s.efa_enabled
     paths = [d.inputs["fileSystemPath"] for d in cap.of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")]
     assert 1 <= len(paths) <= 8 and len(set(paths)) == len(paths)

@@ -124,9 +124,9 @@ def test_the_controller_group_admits_only_the_node_group(full_capture):
     assert {(r["fromPort"], r["toPort"]) for r in ctld.inputs["ingress"]} == {(6817, 6817), (60001, 63000)}
     for rule in ctld.inputs["ingress"]:
         assert rule["securityGroups"] == [node.outputs["id"]] and not rule.get("cidrBlocks")
-    # besides 443 (and 80 to Ubuntu's apt mirrors: dev is Ubuntu), only slurmd on the nodes
+    # besides 443 (and 80 to Ubuntu's apt mirrors: dev is Ubuntu), only slurmd and the exporters on the nodes
     assert [(r["fromPort"], r.get("securityGroups")) for r in ctld.inputs["egress"]
-            if r["fromPort"] not in (80, 443)] == [(6818, [node.outputs["id"]])]
+            if r["fromPort"] not in (80, 443)] == [(p, [node.outputs["id"]]) for p in (6818, 9100, 9400)]
     mgmt = cap.plan.network.management.cidr
     assert any(r["fromPort"] == 6818 and r["cidrBlocks"] == [mgmt] for r in node.inputs["ingress"])
     assert {r["fromPort"] for r in node.inputs["egress"] if r.get("cidrBlocks") == [mgmt]} == {6817, 60001}

@@ -71,7 +71,7 @@ def test_the_capacity_block_rate_is_the_cheapest_offerings_fee_over_hours_and_in
     assert price.source == pl.CAPACITY_BLOCKS and "2026-12-03T11:30" in price.dated
 
 
-def test_the_snapshot_is_dated_with_its_source_and_the_report_prefers_it_to_the_catalog(tmp_path: Path) -> None:
+def test_the_snapshot_is_dated_with_its_source_and_the_report_uses_it(tmp_path: Path) -> None:
     from tests.ops.test_cost_units import _spec
 
     fetched = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

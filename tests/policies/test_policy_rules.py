@@ -60,7 +60,7 @@ def test_efa_sg_self_only(prod):
 def test_imdsv2(prod):
     lt = _one(prod, rules.LAUNCH_TEMPLATE)
     _check(rules.imdsv2_required, lt, lambda p: p["metadataOptions"].update(httpTokens="optional"))
-    _check(rules.imdsv2_required, lt, lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=3))
+    _check(rules.imdsv2_required, lt, lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2))
 
 
 def test_no_public_ip(prod):
@@ -119,8 +119,11 @@ def test_iam_no_star_on_star(prod):
     _check(rules.iam_no_star, pol, widen)
 
 
-def test_placement_one_az(prod):
-    assert rules.gpu_placement(_stack(prod)) == []
+def test_placement_one_az(prod, full_capture):
+    """An on-demand fleet (dev) sits in the cluster group it creates; reserved capacity (prod) is
+    placed by AWS, so only the one-AZ rule applies to it."""
+    dev = full_capture("dev")
+    assert rules.gpu_placement(_stack(prod)) == [] and rules.gpu_placement(_stack(dev)) == []
 
     def other_az(r, props):
         if r.type == rules.INSTANCE and r.name.endswith("n00007"):
@@ -132,7 +135,7 @@ def test_placement_one_az(prod):
             props["strategy"] = "spread"
         return props
     assert any("span availability zones" in m for m in rules.gpu_placement(_stack(prod, other_az)))
-    assert any("cluster placement group" in m for m in rules.gpu_placement(_stack(prod, spread)))
+    assert any("cluster placement group" in m for m in rules.gpu_placement(_stack(dev, spread)))
 
 
 def test_buckets_encrypted_and_private(prod):

@@ -117,7 +117,8 @@ def test_an_api_refusal_is_a_cloud_layer_that_could_not_run():
 
 
 def test_the_stacks_reserved_capacity_and_the_production_client():
-    assert reserved_capacity_ids(load_stack(STACK)) == ("cr-0123456789abcdef0",)
+    assert reserved_capacity_ids(load_stack(STACK)) == ("cr-0123456789abcdef0", "cr-0123456789abcdef1",
+                                                        "cr-0123456789abcdef2")  # 64 instances a block
     assert reserved_capacity_ids(load_stack("dev")) == ()
     client = ec2_client("us-east-1")
     assert client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 11}  # botocore: 10 retries

@@ -24,7 +24,13 @@ from gpufleet.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 ACCOUNT = "123456789012"
 CR_A, CR_B = "cr-0a1b2c3d4e5f60718", "cr-0f1e2d3c4b5a69788"  # the prod stack's reservations
-BLOCK = "cr-0123456789abcdef0"  # the inference stack's capacity block
+BLOCKS = ["cr-0123456789abcdef0", "cr-0123456789abcdef1", "cr-0123456789abcdef2"]  # the inference stack's
+# capacity blocks: at most 64 instances each, 129 need three
+
+
+def blocks(**kw) -> list[dict]:
+    """The inference stack's three blocks, 43 instances each (129 = nodes + spares)."""
+    return [reservation(b, az="us-west-2c", count=43, itype="p5en.48xlarge", block=True, **kw) for b in BLOCKS]
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -168,8 +174,19 @@ def test_quota_falls_back_to_the_aws_default_when_none_is_applied(cloud):
 
 def test_reservations_that_cover_nodes_and_spares_pass(cloud):
     spec, plan = stack("prod")
-    items = [reservation(CR_A, az="us-east-2a", count=100), reservation(CR_B, az="us-east-2a", count=30)]
+    items = [reservation(CR_A, az="us-east-2a", count=65), reservation(CR_B, az="us-east-2a", count=65)]
     assert cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan) == []
+
+
+def test_a_reservation_smaller_than_its_share_overflows(cloud):
+    """aws-program-review B2: 100 + 30 covers 130 in sum, but the program launches 63 and 62 slots
+    into the two (an even split), so the second overflows at its 31st; targeted launches have no
+    on-demand fallback."""
+    spec, plan = stack("prod")
+    items = [reservation(CR_A, az="us-east-2a", count=100), reservation(CR_B, az="us-east-2a", count=30)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).run(spec, plan)
+    assert codes(findings) == [("ERROR", "CAPACITY_SHARE_TOO_SMALL")]
+    assert CR_B in findings[0].message and "30 available" in findings[0].message and "62 slots" in findings[0].message
 
 
 def test_reservation_in_another_az_names_both_azs(cloud):
@@ -231,24 +248,22 @@ def test_modelled_rollout_is_batches_times_the_per_batch_table():
 def test_capacity_block_long_enough_passes(cloud):
     spec, plan = stack("inference")
     # rollout 7.5 h from NOW, plus AWS's 30-minute termination lead: exactly 8 h is enough
-    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
-                        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=8))
-    assert cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan) == []
+    items = blocks(start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=8))
+    assert cloud("us-west-2").quota(30_000.0).reservations(BLOCKS, items).run(spec, plan) == []
 
 
 def test_quota_short_on_a_capacity_block_is_only_info(cloud):
     spec, plan = stack("inference")
-    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
-                        end=NOW + timedelta(days=7))
-    findings = cloud("us-west-2").quota(0.0).reservations([BLOCK], [block]).run(spec, plan)
+    items = blocks(end=NOW + timedelta(days=7))
+    findings = cloud("us-west-2").quota(0.0).reservations(BLOCKS, items).run(spec, plan)
     assert codes(findings) == [("INFO", "QUOTA_NOT_APPLICABLE")]
 
 
 def test_capacity_block_ending_before_the_rollout_is_an_error(cloud):
     spec, plan = stack("inference")
-    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
-                        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=7, minutes=59))
-    findings = cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan)
+    items = (blocks(start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=7, minutes=59))[:1]
+             + blocks(start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=8))[1:])  # the first ends early
+    findings = cloud("us-west-2").quota(30_000.0).reservations(BLOCKS, items).run(spec, plan)
     assert codes(findings) == [("ERROR", "CAPACITY_BLOCK_TOO_SHORT")]
     assert "7.5 h" in findings[0].message and "2026-03-02 16:59 UTC" in findings[0].message
 
@@ -256,9 +271,9 @@ def test_capacity_block_ending_before_the_rollout_is_an_error(cloud):
 def test_scheduled_block_is_measured_from_its_start(cloud):
     spec, plan = stack("inference")
     start = NOW + timedelta(days=2)
-    block = reservation(BLOCK, az="us-west-2c", count=129, itype="p5en.48xlarge", block=True,
-                        state="scheduled", start=start, end=start + timedelta(hours=7))
-    findings = cloud("us-west-2").quota(30_000.0).reservations([BLOCK], [block]).run(spec, plan)
+    items = (blocks(state="scheduled", start=start, end=start + timedelta(hours=7))[:1]
+             + blocks(start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=8))[1:])  # the first is scheduled
+    findings = cloud("us-west-2").quota(30_000.0).reservations(BLOCKS, items).run(spec, plan)
     assert codes(findings) == [("ERROR", "CAPACITY_BLOCK_TOO_SHORT"), ("INFO", "CAPACITY_SCHEDULED")]
     assert "2026-03-04 09:00 UTC" in next(f for f in findings if f.code == "CAPACITY_SCHEDULED").message
 

@@ -5,6 +5,15 @@ EFA-only on the others), each interface with both the EFA and the node security 
 subnet keeps them private. Instances are named by their plan slot, so raising the batch target
 only adds names; `staging.resolve_staging` decides which slots exist, which are protected and
 which ignore image changes. Capacity reservations and blocks are targeted, never bought.
+
+Only an on-demand fleet gets a cluster placement group of its own: a reservation's placement is
+fixed when it is made, so a new group around it can only cost capacity ("insufficient capacity
+errors may occur ... even if the capacity reservation has remaining capacity", ParallelCluster's
+PlacementGroupCapacityReservationValidator; https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html),
+and Capacity Blocks are already placed together in an UltraCluster
+(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityBlock.html). IMDS answers one
+hop only: pods (user jobs included) must not borrow the node role
+(https://aws.github.io/aws-eks-best-practices/security/docs/iam/, "Restrict access to the instance profile").
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from typing import Callable, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from gpufleet.aws_rules import reservation_for
 from gpufleet.catalog import InstanceType
 from gpufleet import tagging as t
 from gpufleet.cloud.staging import StagedSlot
@@ -22,19 +32,12 @@ from gpufleet.spec import CapacityType, ClusterSpec
 
 ROOT_DEVICE = {"al2023": "/dev/xvda", "ubuntu-22.04": "/dev/sda1", "ubuntu-24.04": "/dev/sda1"}
 ROOT_VOLUME_GIB = 512
-METADATA_HOP_LIMIT = 2  # containers on the node reach IMDSv2 through one extra hop
+METADATA_HOP_LIMIT = 1  # host-network agents (aws-node, kube-proxy, CSI node, enroot) need no more
 
 
 def capacity_ids(spec: ClusterSpec) -> tuple[str, ...]:
     cap = spec.cluster.capacity
     return cap.capacity_block_ids if cap.type is CapacityType.CAPACITY_BLOCK else cap.reservation_ids
-
-
-def reservation_for(index: int, nodes: int, ids: tuple[str, ...]) -> str | None:
-    """Slots split into contiguous equal shares over the named reservations (stable as batches grow)."""
-    if not ids:
-        return None
-    return ids[min(index * len(ids) // max(nodes, 1), len(ids) - 1)]
 
 
 def network_interfaces(instance: InstanceType, subnet_id: pulumi.Input[str],
@@ -68,16 +71,19 @@ class Compute(pulumi.ComponentResource):
         instance = spec.cluster.instance
         cap = spec.cluster.capacity
         ids = capacity_ids(spec)
-        self.placement_group = aws.ec2.PlacementGroup(
-            f"{name}-pg", name=f"{name}-pg", strategy="cluster", tags=t.with_role(tags, "placement-group"),
-            opts=child)
+        self.placement_group = None
+        if cap.type is CapacityType.ON_DEMAND:
+            self.placement_group = aws.ec2.PlacementGroup(
+                f"{name}-pg", name=f"{name}-pg", strategy="cluster", tags=t.with_role(tags, "placement-group"),
+                opts=child)
+        group = self.placement_group.name if self.placement_group is not None else None
         block = cap.type is CapacityType.CAPACITY_BLOCK
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-{instance.name.replace('.', '-')}", name=f"{name}-{instance.name.replace('.', '-')}",
             instance_type=instance.name, image_id=ami, ebs_optimized="true",
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile_arn),
             network_interfaces=network_interfaces(instance, subnet_id, security_groups),
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group,
                                                           availability_zone=plan.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=METADATA_HOP_LIMIT,
@@ -100,7 +106,9 @@ class Compute(pulumi.ComponentResource):
         for slot in self.slots:
             reservation = reservation_for(slot.index, len(plan.nodes), ids)
             self.instances[slot.name] = aws.ec2.Instance(
+                # the group on the instance too: the provider sends the instance's own Placement with its AZ
                 slot.name, ami=slot_ami(slot), instance_type=instance.name, availability_zone=plan.availability_zone,
+                placement_group=group,
                 launch_template=aws.ec2.InstanceLaunchTemplateArgs(
                     id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
                 user_data=user_data(slot), user_data_replace_on_change=False,
@@ -114,7 +122,7 @@ class Compute(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, protect=slot.protected,
                                             ignore_changes=slot.frozen_properties,
                                             delete_before_replace=slot.reimage))
-        self.register_outputs({"placementGroup": self.placement_group.name,
+        self.register_outputs({"placementGroup": group,
                                "launchTemplateId": self.launch_template.id, "instances": len(self.instances)})
 
     def inventory(self) -> pulumi.Output[dict[str, list[dict]]]:

@@ -3,6 +3,10 @@
 GPU nodes get no public IPs; they reach AWS APIs through VPC endpoints and the rest through
 one NAT gateway. The EFA security group allows all traffic to and from itself only (the
 EFA requirement); the node group opens only what the node needs. Both go on every interface.
+On an EKS pool a control-plane group goes on the API server's ENIs: the EKS-created cluster group
+admits only itself, and self-managed nodes are not in it, so without this group no node (and no
+operator in the VPC) reaches the private endpoint. The control plane calls webhooks on the pod IP
+(secondary IPs of the node's primary ENI), so the node group admits the webhook ports from it.
 """
 
 from __future__ import annotations
@@ -14,12 +18,20 @@ import pulumi
 import pulumi_aws as aws
 
 from gpufleet import tagging as t
+from gpufleet.aws_rules import WEBHOOK_PORTS
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.plan.network import INTERFACE_ENDPOINTS
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports slurm.conf names
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
-CONTROL_PLANE_PORTS = (443, 10250)
+# API server -> node: kubelet 10250, webhook pods on 443 and the webhook ports (aws_rules.WEBHOOK_PORTS)
+CONTROL_PLANE_PORTS = (443, 10250, *WEBHOOK_PORTS)
+API_SERVER_PORT = 443
+# Prometheus on the Slurm controller scrapes these on every GPU node (roles monitoring_server/monitoring_exporters)
+EXPORTER_PORTS = ((9100, "node_exporter"), (9400, "dcgm-exporter"))
+# Zone ids EKS refuses control-plane subnets in (UnsupportedAvailabilityZoneException):
+# https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html
+EKS_UNSUPPORTED_ZONE_IDS = ["use1-az3", "usw1-az2", "cac1-az3"]
 SMALL_SUBNET_PREFIX = 28  # public (NAT) and the second control-plane subnet need few addresses
 
 
@@ -54,7 +66,7 @@ def package_mirror_egress(os_name: str) -> list[aws.ec2.SecurityGroupEgressArgs]
     if not os_name.startswith("ubuntu"):
         return []
     return [aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=80, to_port=80, cidr_blocks=["0.0.0.0/0"],
-                                            description="HTTP to Ubuntu's package mirrors through NAT")]
+                                            description="HTTP to Ubuntu package mirrors through NAT")]
 
 
 class Network(pulumi.ComponentResource):
@@ -74,7 +86,11 @@ class Network(pulumi.ComponentResource):
         self.public_subnet = self._subnet(name, "public", extra.public, self.az, tags, child)
         self.control_plane_subnet = None
         if eks:
-            other_az = aws.get_availability_zones_output(state="available").names.apply(
+            # a standard zone EKS supports, not a Local or Wavelength Zone the account opted into
+            other_az = aws.get_availability_zones_output(
+                state="available", exclude_zone_ids=EKS_UNSUPPORTED_ZONE_IDS,
+                filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status",
+                                                            values=["opt-in-not-required"])]).names.apply(
                 lambda names: next(n for n in names if n != self.az))
             self.control_plane_subnet = self._subnet(name, "control-plane", extra.control_plane, other_az, tags,
                                                      child)
@@ -112,6 +128,22 @@ class Network(pulumi.ComponentResource):
                        for lo, hi, what in ((SLURMCTLD_PORT, SLURMCTLD_PORT, "slurmctld on the controller"),
                                             (*SRUN_PORTS, "srun on the controller"))] if slurm else [])],
             tags=t.with_role(tags, "node", f"{name}-node"), opts=child)
+        self.control_plane_sg = None
+        if eks:
+            self.control_plane_sg = aws.ec2.SecurityGroup(
+                f"{name}-control-plane", vpc_id=self.vpc.id,
+                description="EKS API server ENIs: HTTPS from GPU nodes and the management subnet",
+                ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=API_SERVER_PORT,
+                                                          to_port=API_SERVER_PORT, security_groups=[self.node_sg.id],
+                                                          description="kubelet and pods on GPU nodes to the API server"),
+                         aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=API_SERVER_PORT,
+                                                          to_port=API_SERVER_PORT, cidr_blocks=[mgmt_cidr],
+                                                          description="operators and runners in the management subnet")],
+                egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=p, to_port=p,
+                                                        cidr_blocks=[compute_cidr, mgmt_cidr],
+                                                        description=f"API server to node port {p}")
+                        for p in CONTROL_PLANE_PORTS],
+                tags=t.with_role(tags, "eks-control-plane", f"{name}-control-plane"), opts=child)
         self.endpoint_sg = aws.ec2.SecurityGroup(
             f"{name}-endpoints", vpc_id=self.vpc.id, description="Interface endpoints: HTTPS from the cluster",
             ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=443, to_port=443,
@@ -139,6 +171,10 @@ class Network(pulumi.ComponentResource):
             rules.append(aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=SLURMD_PORT, to_port=SLURMD_PORT,
                                                           cidr_blocks=[mgmt_cidr],
                                                           description="slurmctld to slurmd"))
+            rules += [aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=port, to_port=port,
+                                                       cidr_blocks=[mgmt_cidr],
+                                                       description=f"Prometheus on the controller to {what}")
+                      for port, what in EXPORTER_PORTS]
         return rules
 
     def _subnet(self, name: str, role: str, cidr: str, az, tags: dict[str, str],

@@ -31,7 +31,7 @@ import pulumi_aws as aws
 
 from gpufleet import tagging as t
 from gpufleet.cloud.identity import ASSUME_EC2, MANAGED_POLICIES, secrets_prefix
-from gpufleet.cloud.network import Network, package_mirror_egress
+from gpufleet.cloud.network import EXPORTER_PORTS, Network, package_mirror_egress
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS
 from gpufleet.cloud.plain_instance import hardened_instance_args, plain_ami
 from gpufleet.plan.model import ClusterPlan
@@ -93,6 +93,10 @@ class SlurmController(pulumi.ComponentResource):
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=SLURMD_PORT, to_port=SLURMD_PORT,
                                                     security_groups=[network.node_sg.id],
                                                     description="slurmctld to slurmd"),
+                    *[aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=port, to_port=port,
+                                                      security_groups=[network.node_sg.id],
+                                                      description=f"Prometheus to {what} on GPU nodes")
+                      for port, what in EXPORTER_PORTS],
                     aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=443, to_port=443,
                                                     cidr_blocks=["0.0.0.0/0"],
                                                     description="HTTPS to VPC endpoints and through NAT"),

@@ -3,8 +3,11 @@
 The file system is PERSISTENT_2 (encrypted at rest, with the KMS key the stack names or
 FSx's default key), LZ4-compressed, in the compute subnet with the Lustre security group.
 pulumi-aws 7.51 has no `deletion_protection` on `LustreFileSystem`, so the resource is
-`protect=True` and keeps a final backup. Data repository associations link file-system
-paths to bucket prefixes: at most 8 per file system, paths must not overlap.
+`protect=True`. Data repository associations link file-system paths to bucket prefixes: at most
+8 per file system, paths must not overlap. FSx takes no backups of a file system linked to S3
+(gpufleet.aws_rules.FSX_BACKUP_SOURCE), so a linked one asks for none and skips the final backup:
+the versioned bucket, fed by auto-export, is the durable copy. Intelligent-Tiering takes no S3
+links at all (FSX_TIERING_SOURCE), a user-provisioned metadata server and a read cache.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpufleet import tagging as t
+from gpufleet.aws_rules import bucket_prefix
 from gpufleet.errors import ConfigError
 from gpufleet.plan.model import StoragePlan
 from gpufleet.spec import StorageConfig
@@ -24,6 +28,8 @@ MAX_ASSOCIATIONS = 8  # FSx for Lustre quota: data repository associations per f
 DEFAULT_PREFIXES = {"datasets": ("import",), "checkpoints": ("export",)}
 LUSTRE_VERSION = "2.15"  # EFA-enabled file systems need 2.15
 EVENTS = ["NEW", "CHANGED", "DELETED"]
+TIERING_METADATA_IOPS = 6000  # Intelligent-Tiering: USER_PROVISIONED metadata at 6000 or 12000 IOPS (pulumi-aws docs)
+BACKUP_RETENTION_DAYS = 7  # only on a file system without S3 links
 
 
 @dataclass(frozen=True)
@@ -86,10 +92,13 @@ class Storage(pulumi.ComponentResource):
                  kms_key_id: str | None = None, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:storage:Storage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.links = repository_links(config)
+        tiering = plan.storage_class == "INTELLIGENT_TIERING"
+        wanted = repository_links(config)
+        self.prefixes = [link.prefix for link in wanted]  # the nodes' bucket access, linked or not
+        self.links = [] if tiering else wanted
         bucket_name = data_bucket_name(config)
         self.bucket = aws.s3.Bucket(f"{name}-data", bucket=bucket_name,
-                                    bucket_prefix=None if bucket_name else f"gpufleet-{tags[t.CLUSTER]}-",
+                                    bucket_prefix=None if bucket_name else bucket_prefix(tags[t.CLUSTER]),
                                     tags=t.with_role(tags, "data-bucket"), opts=child)
         aws.s3.BucketPublicAccessBlock(f"{name}-data-pab", bucket=self.bucket.id, block_public_acls=True,
                                        block_public_policy=True, ignore_public_acls=True,
@@ -103,7 +112,7 @@ class Storage(pulumi.ComponentResource):
         aws.s3.BucketVersioning(f"{name}-data-versioning", bucket=self.bucket.id,
                                 versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(
                                     status="Enabled"), opts=child)
-        tiering = plan.storage_class == "INTELLIGENT_TIERING"
+        backups = not self.links
         self.file_system = aws.fsx.LustreFileSystem(
             f"{name}-lustre", deployment_type="PERSISTENT_2", storage_type=plan.storage_class,
             storage_capacity=plan.capacity_gib,
@@ -111,11 +120,16 @@ class Storage(pulumi.ComponentResource):
             throughput_capacity=plan.aggregate_throughput_mbs if tiering else None,
             data_compression_type="LZ4", file_system_type_version=LUSTRE_VERSION, kms_key_id=kms_key_id,
             efa_enabled=plan.efa_enabled or None,
-            metadata_configuration=(aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="AUTOMATIC")
-                                    if plan.efa_enabled or tiering else None),
+            metadata_configuration=(
+                aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="USER_PROVISIONED", iops=TIERING_METADATA_IOPS)
+                if tiering else aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="AUTOMATIC")
+                if plan.efa_enabled else None),
+            data_read_cache_configuration=(aws.fsx.LustreFileSystemDataReadCacheConfigurationArgs(
+                sizing_mode="PROPORTIONAL_TO_THROUGHPUT_CAPACITY") if tiering else None),
             subnet_ids=subnet_id, security_group_ids=security_group_ids,
-            automatic_backup_retention_days=7, copy_tags_to_backups=True, skip_final_backup=False,
-            final_backup_tags={**tags, t.ROLE: "lustre-final-backup"},
+            automatic_backup_retention_days=BACKUP_RETENTION_DAYS if backups else 0,
+            copy_tags_to_backups=backups, skip_final_backup=not backups,
+            final_backup_tags={**tags, t.ROLE: "lustre-final-backup"} if backups else None,
             tags=t.with_role(tags, "lustre", f"{name}-lustre"),
             opts=pulumi.ResourceOptions(parent=self, protect=True))
         for link in self.links:

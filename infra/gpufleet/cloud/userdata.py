@@ -38,14 +38,21 @@ def node_labels(slot: NodeSlot, stack: str) -> dict[str, str]:
             "gpufleet.io/stack": stack, "gpufleet.io/slot": slot.name}
 
 
-def node_config(slot: NodeSlot, stack: str, eks: EksCoordinates) -> dict:
+def node_config(slot: NodeSlot, stack: str, eks: EksCoordinates, max_pods: int | None = None) -> dict:
+    """`max_pods`: kubelet's --max-pods instead of nodeadm's per-type default (which counts the card-0
+    ENI the efa-only interface takes). A flag, not `kubelet.config`: kubelet's flags override its
+    config file, and nodeadm's CRD types config values as objects."""
     labels = ",".join(f"{k}={v}" for k, v in sorted(node_labels(slot, stack).items()))
+    flags = [f"--register-with-taints={GATE_TAINT}", f"--node-labels={labels}"]
+    if max_pods is not None:
+        flags.append(f"--max-pods={max_pods}")
+    kubelet: dict = {"flags": flags}
     return {
         "apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
         "spec": {
             "cluster": {"name": eks.name, "apiServerEndpoint": eks.api_server_endpoint,
                         "certificateAuthority": eks.certificate_authority, "cidr": eks.cidr},
-            "kubelet": {"flags": [f"--register-with-taints={GATE_TAINT}", f"--node-labels={labels}"]},
+            "kubelet": kubelet,
         },
     }
 
@@ -73,9 +80,9 @@ def _mime(parts: list[tuple[str, str]]) -> str:
     return doc.as_string()
 
 
-def eks_user_data(slot: NodeSlot, stack: str, eks: EksCoordinates) -> str:
+def eks_user_data(slot: NodeSlot, stack: str, eks: EksCoordinates, max_pods: int | None = None) -> str:
     return _mime([("text/x-shellscript", identity_script(slot, stack)),
-                  (NODEADM_CONTENT_TYPE, yaml.safe_dump(node_config(slot, stack, eks), sort_keys=True))])
+                  (NODEADM_CONTENT_TYPE, yaml.safe_dump(node_config(slot, stack, eks, max_pods), sort_keys=True))])
 
 
 def shell_user_data(slot: NodeSlot, stack: str) -> str:

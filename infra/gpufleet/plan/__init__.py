@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from gpufleet.aws_rules import aws_findings
 from gpufleet.bom import bom_findings
 from gpufleet.findings import Finding, error, info, sort_findings, warning
 from gpufleet.plan.batches import batch_of_block, plan_batches
@@ -60,6 +61,7 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
     findings += _monitoring_findings(spec)
     findings += _smoke_runtime_findings(spec)
     findings += _sim_acceptance_findings(spec, {s.name for s in slots})
+    findings += aws_findings(spec, topo.nodes + topo.spare_nodes)  # AWS API rules the mocks cannot see
     findings += extra_findings
     return ClusterPlan(cluster=c.name, region=c.region, availability_zone=c.availability_zone,
                        instance_type=c.instance_type, target_gpus=c.target_gpus, topology=topo, nodes=tuple(slots),

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from gpufleet import aws_rules as aws
 from gpufleet import catalog
 from gpufleet import tagging as t
 
@@ -31,6 +32,12 @@ BUCKET_SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEnc
 BUCKET_PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 EBS_VOLUME = "aws:ebs/volume:Volume"
 SECRET = "aws:secretsmanager/secret:Secret"
+SG_RULE_TYPES = ("aws:ec2/securityGroupRule:SecurityGroupRule", "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                 "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+IAM_ROLE = "aws:iam/role:Role"
+KUBELET_PORT = 10250
 PRIVATE_SUBNET_ROLES = ("subnet-compute", "subnet-management", "subnet-control-plane")
 IAM_POLICY_TYPES = {"aws:iam/rolePolicy:RolePolicy": ("policy",), "aws:iam/policy:Policy": ("policy",),
                     "aws:iam/role:Role": ("assumeRolePolicy",)}
@@ -79,8 +86,17 @@ def _truthy(v: Any) -> bool:
 
 # --- placement ---------------------------------------------------------------------------
 
+def _reserved(props: Mapping[str, Any]) -> bool:
+    """Launches into a capacity reservation or a Capacity Block (whose placement AWS fixed)."""
+    target = (props.get("capacityReservationSpecification") or {}).get("capacityReservationTarget") or {}
+    market = (props.get("instanceMarketOptions") or {}).get("marketType")
+    return bool(target.get("capacityReservationId") or target.get("capacityReservationResourceGroupArn")
+                or market == "capacity-block")
+
+
 def gpu_placement(resources: list[StackResource]) -> list[str]:
-    """GPU launch templates point at a cluster placement group; GPU nodes share one AZ."""
+    """On-demand GPU launch templates point at a cluster placement group; GPU nodes share one AZ.
+    Reserved capacity is placed by AWS (see `placement_with_reservation`)."""
     out: list[str] = []
     cluster_groups = {str(r.props.get("name")) for r in resources
                       if r.type == PLACEMENT_GROUP and r.props.get("strategy") == "cluster"}
@@ -88,13 +104,14 @@ def gpu_placement(resources: list[StackResource]) -> list[str]:
     for r in resources:
         if r.type == LAUNCH_TEMPLATE and _gpu_type(r.props):
             placement = r.props.get("placement") or {}
-            if placement.get("groupName") not in cluster_groups:
+            if not _reserved(r.props) and placement.get("groupName") not in cluster_groups:
                 out.append(f"launch template {r.name} is not in a cluster placement group "
                            f"(groupName {placement.get('groupName')!r})")
             if placement.get("availabilityZone"):
                 zones.add(placement["availabilityZone"])
         if r.type == INSTANCE and _gpu_type(r.props):
-            if not (r.props.get("launchTemplate") or {}).get("id") and not r.props.get("placementGroup"):
+            if (not (r.props.get("launchTemplate") or {}).get("id") and not r.props.get("placementGroup")
+                    and not _reserved(r.props)):
                 out.append(f"GPU instance {r.name} has neither a launch template nor a placement group")
             if not r.props.get("availabilityZone"):
                 out.append(f"GPU instance {r.name} does not pin its availability zone")
@@ -149,8 +166,11 @@ def imdsv2_required(resource_type: str, props: Mapping[str, Any]) -> list[str]:
         if md.get("httpTokens") != "required":
             out.append(f"launch template metadata httpTokens is {md.get('httpTokens')!r}, not 'required' (IMDSv2)")
         hops = md.get("httpPutResponseHopLimit")
-        if hops is not None and int(hops) > 2:
-            out.append(f"IMDS hop limit {hops} exceeds 2")
+        most = 1 if _gpu_type(props) else 2
+        if hops is not None and int(hops) > most:
+            out.append(f"IMDS hop limit {hops} exceeds {most}" + (
+                " on a GPU node: every pod, user jobs included, could take the node role's credentials "
+                "(EKS best practices, Restrict access to the instance profile)" if most == 1 else ""))
         return out
     if resource_type == INSTANCE and not (props.get("launchTemplate") or {}).get("id"):
         md = props.get("metadataOptions") or {}
@@ -294,13 +314,143 @@ def iam_no_star(resource_type: str, props: Mapping[str, Any]) -> list[str]:
     return out
 
 
+# --- AWS API rules the mocks cannot see (gpufleet.aws_rules has the sources) -----------------
+
+def _descriptions(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if resource_type == SECURITY_GROUP:
+        found = [("description", str(props.get("description") or ""))]
+        for direction in ("ingress", "egress"):
+            found += [(f"{direction}[{i}].description", str(rule.get("description") or ""))
+                      for i, rule in enumerate(props.get(direction) or [])]
+        return found
+    if resource_type in SG_RULE_TYPES:
+        return [("description", str(props.get("description") or ""))]
+    return []
+
+
+def sg_description_charset(resource_type: str, props: Mapping[str, Any]) -> list[str]:
+    """EC2 takes only a-z A-Z 0-9 space ._-:/()#,@[]+=&;{}!$* in group and rule descriptions
+    (the provider's validator rejects anything else at preview)."""
+    return [f"{where} {text!r} has characters EC2 rejects ({sorted(set(c for c in text if not aws.SG_DESCRIPTION.match(c)))}); "
+            f"allowed: {aws.SG_DESCRIPTION_SOURCE}"
+            for where, text in _descriptions(resource_type, props)
+            if not aws.SG_DESCRIPTION.match(text) or len(text) > aws.SG_DESCRIPTION_MAX]
+
+
+def capacity_block_limit(resources: list[StackResource]) -> list[str]:
+    """At most 64 instances launch into one Capacity Block."""
+    per_block: dict[str, int] = {}
+    for r in resources:
+        if r.type != INSTANCE or (r.props.get("instanceMarketOptions") or {}).get("marketType") != "capacity-block":
+            continue
+        target = (r.props.get("capacityReservationSpecification") or {}).get("capacityReservationTarget") or {}
+        block = str(target.get("capacityReservationId") or "")
+        per_block[block] = per_block.get(block, 0) + 1
+    return [f"{n} instances target Capacity Block {block or '(none named)'}; a block holds at most "
+            f"{aws.CAPACITY_BLOCK_MAX_INSTANCES} ({aws.CAPACITY_BLOCK_SOURCE})"
+            for block, n in sorted(per_block.items()) if n > aws.CAPACITY_BLOCK_MAX_INSTANCES]
+
+
+def placement_with_reservation(resources: list[StackResource]) -> list[str]:
+    """A placement group the stack creates never holds an existing reservation or a Capacity Block."""
+    created = {str(r.props.get("name")) for r in resources if r.type == PLACEMENT_GROUP}
+    out = []
+    for r in resources:
+        if r.type not in (LAUNCH_TEMPLATE, INSTANCE) or not _reserved(r.props):
+            continue
+        group = (r.props.get("placement") or {}).get("groupName") or r.props.get("placementGroup")
+        if group and str(group) in created:
+            out.append(f"{r.name} launches reserved capacity into placement group {group}, which this stack creates: "
+                       "a reservation's placement is fixed when it is made, and launches fail for capacity outside it "
+                       "(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/cr-cpg.html; ParallelCluster "
+                       "PlacementGroupCapacityReservationValidator)")
+    return out
+
+
+def fsx_feature_combinations(resources: list[StackResource]) -> list[str]:
+    """No backups on an S3-linked file system; Intelligent-Tiering: no S3 links, user-provisioned
+    metadata, a read cache."""
+    linked = {str(r.props.get("fileSystemId")) for r in resources if r.type == DRA}
+    out = []
+    for r in resources:
+        if r.type != FSX:
+            continue
+        is_linked = str(r.props.get("id")) in linked
+        backups = int(r.props.get("automaticBackupRetentionDays") or 0) > 0 or r.props.get("skipFinalBackup") is False
+        if is_linked and backups:
+            out.append(f"file system {r.name} has S3 data repository associations and asks for backups "
+                       f"(retention {r.props.get('automaticBackupRetentionDays')}, skipFinalBackup "
+                       f"{r.props.get('skipFinalBackup')}): {aws.FSX_BACKUP_SOURCE}")
+        if r.props.get("storageType") == "INTELLIGENT_TIERING":
+            if is_linked:
+                out.append(f"Intelligent-Tiering file system {r.name} has S3 links: {aws.FSX_TIERING_SOURCE}")
+            if (r.props.get("metadataConfiguration") or {}).get("mode") != "USER_PROVISIONED":
+                out.append(f"Intelligent-Tiering file system {r.name} needs metadata mode USER_PROVISIONED")
+            if not r.props.get("dataReadCacheConfiguration"):
+                out.append(f"Intelligent-Tiering file system {r.name} needs a dataReadCacheConfiguration")
+    return out
+
+
+def name_lengths(resources: list[StackResource]) -> list[str]:
+    """Names within their service's limit, Pulumi's autoname suffix included."""
+    out = []
+    for r in resources:
+        if r.type == IAM_ROLE:
+            explicit = r.props.get("name") if r.props.get("name") != r.name else None
+            length = len(str(explicit)) if explicit else len(r.name) + aws.AUTONAME_SUFFIX
+            if length > aws.IAM_ROLE_NAME_MAX:
+                out.append(f"IAM role {r.name} gets a {length}-character name, over {aws.IAM_ROLE_NAME_MAX} "
+                           f"({aws.NAME_SOURCES})")
+        if r.type == BUCKET and len(str(r.props.get("bucketPrefix") or "")) > aws.S3_BUCKET_PREFIX_MAX:
+            out.append(f"bucket {r.name} bucketPrefix {r.props['bucketPrefix']!r} is over "
+                       f"{aws.S3_BUCKET_PREFIX_MAX} characters ({aws.NAME_SOURCES})")
+    return out
+
+
+def _covers(rule: Mapping[str, Any], port: int) -> bool:
+    if str(rule.get("protocol")) == "-1":
+        return True
+    return str(rule.get("protocol")) in ("tcp", "6") and int(rule.get("fromPort") or 0) <= port <= int(rule.get("toPort") or 0)
+
+
+def eks_security_group_paths(resources: list[StackResource]) -> list[str]:
+    """Self-managed GPU nodes reach a private EKS endpoint (an extra control-plane group admits
+    their group on 443), and the API server reaches kubelet and the webhooks on the nodes
+    (https://docs.aws.amazon.com/eks/latest/userguide/sec-group-reqs.html)."""
+    groups = {str(r.props.get("id")): r for r in resources if r.type == SECURITY_GROUP}
+    node_groups: set[str] = set()
+    for r in resources:
+        if r.type == LAUNCH_TEMPLATE and _gpu_type(r.props):
+            for n in r.props.get("networkInterfaces") or []:
+                node_groups |= {str(g) for g in n.get("securityGroups") or []}
+    out = []
+    for r in resources:
+        if r.type != EKS_CLUSTER or not node_groups:
+            continue
+        vpc = r.props.get("vpcConfig") or {}
+        extra = [groups[g] for g in map(str, vpc.get("securityGroupIds") or []) if g in groups]
+        if not _truthy(vpc.get("endpointPublicAccess")) and not any(
+                _covers(rule, 443) and set(map(str, rule.get("securityGroups") or [])) & node_groups
+                for g in extra for rule in g.props.get("ingress") or []):
+            out.append(f"EKS cluster {r.name} has a private endpoint but no security group of its vpcConfig admits "
+                       "the GPU nodes' group on 443: the EKS-created cluster group admits only itself, and "
+                       "self-managed nodes are not in it")
+        for port in (KUBELET_PORT, *aws.WEBHOOK_PORTS):
+            if not any(_covers(rule, port) and (rule.get("cidrBlocks") or rule.get("securityGroups"))
+                       for g in node_groups if g in groups for rule in groups[g].props.get("ingress") or []):
+                out.append(f"no security group on the GPU nodes admits the EKS control plane on port {port} "
+                           f"({'kubelet' if port == KUBELET_PORT else 'admission webhook'})")
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpu-placement-one-az", "GPU instances only in a cluster placement group and one AZ", MANDATORY,
          stack=gpu_placement),
     Rule("efa-layout-matches-catalog", "Launch template EFA interfaces match the catalog", MANDATORY,
          resource=efa_layout),
     Rule("efa-sg-self-only", "The EFA security group references only itself", MANDATORY, resource=efa_sg_self_only),
-    Rule("imdsv2-required", "IMDSv2 required, hop limit at most 2", MANDATORY, resource=imdsv2_required),
+    Rule("imdsv2-required", "IMDSv2 required; hop limit 1 on GPU nodes, at most 2 elsewhere", MANDATORY,
+         resource=imdsv2_required),
     Rule("no-public-ip-gpu", "No public IP on cluster instances; private subnets never map public IPs", MANDATORY,
          resource=no_public_ip),
     Rule("no-public-ip-param-multi-interface", "No associatePublicIpAddress on a multi-interface launch template",
@@ -314,4 +464,16 @@ RULES: tuple[Rule, ...] = (
          resource=required_tags),
     Rule("fsx-throughput-tier", "FSx throughput tier and capacity are valid", MANDATORY, resource=fsx_throughput),
     Rule("iam-no-star-on-star", "No IAM statement allows * on *", MANDATORY, resource=iam_no_star),
+    Rule("sg-description-charset", "Security-group descriptions use only the characters EC2 accepts", MANDATORY,
+         resource=sg_description_charset),
+    Rule("capacity-block-instance-limit", "At most 64 instances per Capacity Block", MANDATORY,
+         stack=capacity_block_limit),
+    Rule("no-placement-group-on-reservations", "No stack-created placement group around reserved capacity",
+         MANDATORY, stack=placement_with_reservation),
+    Rule("fsx-feature-combinations", "FSx: no backups with S3 links; Intelligent-Tiering settings", MANDATORY,
+         stack=fsx_feature_combinations),
+    Rule("name-length-limits", "IAM role names and bucket prefixes within their limits", MANDATORY,
+         stack=name_lengths),
+    Rule("eks-security-group-paths", "Nodes reach the EKS endpoint; the control plane reaches kubelet and webhooks",
+         MANDATORY, stack=eks_security_group_paths),
 )

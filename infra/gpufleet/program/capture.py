@@ -114,10 +114,22 @@ class GpufleetMocks(pulumi.runtime.Mocks):
                     "arn": f"arn:aws:ssm:{self.plan.region}:{MOCK_ACCOUNT}:parameter{name}", "version": 1,
                     "insecureValue": f"ami-{_digest('ami', name)}"}
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            region = self.plan.region
-            return {"names": [f"{region}{c}" for c in "abcd"], "zoneIds": [f"use-az{i}" for i in range(4)],
-                    "id": region, "groupNames": [region]}
+            return self._zones(args.args)
         return {}
+
+
+    def _zones(self, query: dict[str, Any]) -> dict[str, Any]:
+        """The region's zones as EC2 lists them, an opted-in Local Zone first, filtered by the query's
+        `excludeZoneIds` and `opt-in-status` filter as DescribeAvailabilityZones would."""
+        region = self.plan.region
+        zones = [(f"{region}-lax-1a", f"{region[:2]}{region.split('-')[1][0]}{region[-1]}-lax1-az1", "opted-in")]
+        zones += [(f"{region}{c}", f"{region[:2]}{region.split('-')[1][0]}{region[-1]}-az{i + 1}", "opt-in-not-required")
+                  for i, c in enumerate("abcd")]
+        excluded = set(query.get("excludeZoneIds") or [])
+        opt_in = next((f.get("values") for f in query.get("filters") or [] if f.get("name") == "opt-in-status"), None)
+        kept = [z for z in zones if z[1] not in excluded and (opt_in is None or z[2] in opt_in)]
+        return {"names": [z[0] for z in kept], "zoneIds": [z[1] for z in kept], "id": region,
+                "groupNames": [region]}
 
 
 class RecordingMonitor(pmocks.MockMonitor):

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpufleet import tagging as t
+from gpufleet.aws_rules import kubelet_max_pods
 from gpufleet.cloud.compute import Compute
 from gpufleet.cloud.eks import Eks
 from gpufleet.cloud.identity import Identity
@@ -75,7 +76,7 @@ class Cluster:
             "fsxMountName": self.storage.file_system.mount_name,
             "bucket": self.storage.bucket.bucket,
             "vpcId": self.network.vpc.id,
-            "placementGroup": self.compute.placement_group.name,
+            "placementGroup": self.compute.placement_group.name if self.compute.placement_group else None,
             "storageClients": self.storage_clients.inventory(),
         }
         if self.eks is not None:
@@ -128,15 +129,18 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     storage = Storage(f"{name}-storage", plan.storage, spec.storage, network.compute_subnet.id, fsx_groups, tags,
                       opts=opts)
     identity = Identity(f"{name}-identity", stack, spec.cluster.region, storage.bucket.arn,
-                        [link.prefix for link in storage.links], kubernetes, tags, opts=opts)
+                        storage.prefixes, kubernetes, tags, opts=opts)
     eks = None
     if kubernetes:
         assert network.control_plane_subnet is not None
+        assert network.control_plane_sg is not None
         eks = Eks(f"{name}-eks", name, spec.cluster.region, spec.pool.kubernetes_version,
                   [network.management_subnet.id, network.control_plane_subnet.id], identity.role.arn, tags,
+                  control_plane_security_group=network.control_plane_sg.id,
+                  system_subnet_id=network.management_subnet.id, pod_networking=spec.network.pod_networking,
                   opts=opts)
         from gpufleet.pool.kubernetes.objects import pool_objects  # pulumi_kubernetes only for EKS pools
-        pool_objects(f"{name}-pool", spec, plan, storage, eks.provider, opts=opts)
+        pool_objects(f"{name}-pool", spec, plan, storage, eks.provider, opts=opts)  # after the system nodes (provider)
     slurm = None
     if slurm_pool:
         slurm = SlurmController(f"{name}-slurm", stack, spec, plan, network, tags, opts=opts)
@@ -147,7 +151,7 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     # named in image.slotAmis boots its override (a reimage upgrade moves groups this way).
     compute = Compute(f"{name}-compute", spec, plan, staging.slots, network.compute_subnet.id,
                       [network.efa_sg.id, network.node_sg.id], identity.instance_profile.arn, ami,
-                      lambda slot: slot.ami or ami, _user_data(stack, eks), tags, opts=opts)
+                      lambda slot: slot.ami or ami, _user_data(stack, eks, kubelet_max_pods(spec)), tags, opts=opts)
     deployment = pulumi.Output.from_input(ami).apply(
         lambda current: encode_deployment(staging.deployment(name, layout, current)))
     return Cluster(plan=plan, network=network, storage=storage, identity=identity, eks=eks, slurm=slurm,
@@ -167,12 +171,12 @@ def run_program(*, mocked: bool = False) -> Cluster:
     return cluster
 
 
-def _user_data(stack: str, eks: Eks | None):
+def _user_data(stack: str, eks: Eks | None, max_pods: int | None = None):
     if eks is None:
         return lambda slot: shell_user_data(slot, stack)
     coords = pulumi.Output.all(eks.name, eks.endpoint, eks.certificate_authority, eks.service_cidr).apply(
         lambda a: EksCoordinates(name=a[0], api_server_endpoint=a[1], certificate_authority=a[2], cidr=a[3]))
 
     def render(slot: StagedSlot) -> pulumi.Output[str]:
-        return coords.apply(lambda c: eks_user_data(slot, stack, c))
+        return coords.apply(lambda c: eks_user_data(slot, stack, c, max_pods))
     return render
