@@ -78,7 +78,9 @@ def test_local_admits_the_healthy_and_quarantines_exactly_the_faulty(local_run):
     # the communication baseline: pairs, groups of 4, 8, 16 and the rings, per batch
     baseline = json.loads((project / ".gpufleet" / "local" / "baselines" / "communication.json").read_text())
     assert {"2", "4", "8", "16"} <= set(baseline["scales"]) and baseline["schema_version"] == 1
-    assert all(s["floor_gbs"] == 330.0 for s in baseline["scales"].values())
+    # each scale judged against the instance type's measured curve at that node count (issue 19 item 6)
+    from gpufleet.gates.settings import GateSettings
+    assert all(s["floor_gbs"] == GateSettings().busbw_floor(int(n)) for n, s in baseline["scales"].items())
     junit = (project / "reports" / "local" / "rollout-junit.xml").read_text()
     assert 'name="target.local"' in junit and "efa-pair-fail" in junit
     assert "admitted 125/125 nodes" in result.output
