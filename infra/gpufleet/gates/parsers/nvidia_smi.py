@@ -284,12 +284,28 @@ class FabricInfo(ParseModel):
                                             self.incorrect_configuration))
 
 
+_fabric_seen: dict[tuple[tuple[str, str | None], ...], FabricInfo] = {}  # a fleet prints few distinct readings
+
+
 def read_fabric(values: Mapping[str, str | None], names: Mapping[str, str], where: str) -> FabricInfo:
     """FabricInfo from one GPU's values keyed by CSV field or -q path (`names` maps them)."""
     raw: dict[str, str | None] = {}
     for key, field in names.items():
         v = values.get(key)
         raw[field] = None if v is None or v.strip() in NA_SENTINELS or v.strip() == "Not Supported" else v.strip()
+    key = tuple(raw.items())
+    hit = _fabric_seen.get(key)
+    if hit is not None:
+        return hit
+    info = _fabric_info(raw, where)
+    if not info.problems:  # a problem names its GPU: not shared
+        if len(_fabric_seen) >= 4096:
+            _fabric_seen.clear()
+        _fabric_seen[key] = info
+    return info
+
+
+def _fabric_info(raw: dict[str, str | None], where: str) -> FabricInfo:
     problems: list[str] = []
     out: dict[str, object] = {k: raw.get(k) for k in ("status", "clique_id", "cluster_uuid")}
 
