@@ -97,13 +97,84 @@ def isolation_vs_all_pairs(n: int, bad: int, links: int, seed: int = 11) -> dict
             "rounds_ratio": naive_rounds / len(r.rounds), "runs_ratio": naive_runs / r.runs}
 
 
+FAULT_MIXES = ("bad nodes", "bad links", "one node, several bad links", "ring-only nodes", "bad nodes beside bad links")
+
+
+def isolation_trial(n: int, rng: random.Random) -> tuple[str, int, int, int]:
+    """One random fault mix over n nodes (k <= 1% faults): (mix, rounds, healthy quarantined, faulty missed).
+
+    The fabric: a group containing a bad node, or whose ring crosses a bad link, runs slow; a
+    ring-only node is fine in pairs and slows any ring of three or more (a fault pairs never show)."""
+    nodes = [f"n{i}" for i in range(n)]
+    k = rng.randint(1, max(1, n // 100))
+    mix = rng.choice(FAULT_MIXES)
+    healthy = list(nodes)
+    rng.shuffle(healthy)
+    bad: set[str] = set()
+    links: set[tuple[str, ...]] = set()
+    ring_only: set[str] = set()
+    if mix in ("bad nodes", "bad nodes beside bad links"):
+        bad, healthy = set(healthy[:k]), healthy[k:]
+    if mix in ("bad links", "bad nodes beside bad links"):
+        links |= {tuple(sorted((healthy[2 * j], healthy[2 * j + 1]))) for j in range(k)}
+    if mix == "bad nodes beside bad links":
+        links.add(tuple(sorted((sorted(bad)[0], healthy[-1]))))
+    if mix == "one node, several bad links":
+        links |= {tuple(sorted((healthy[0], healthy[j]))) for j in range(1, 2 + min(2, k))}
+    if mix == "ring-only nodes":
+        ring_only = set(healthy[:k])
+
+    def fabric(groups):
+        out = []
+        for g in groups:
+            edges = ({tuple(sorted((g[i], g[(i + 1) % len(g)]))) for i in range(len(g))} if len(g) > 2
+                     else {tuple(sorted(g))})
+            slow = set(g) & bad or edges & links or (len(g) > 2 and set(g) & ring_only)
+            out.append(120.0 if slow else 400.0)
+        return out
+
+    r = isolate(nodes, ["a0", "a1"], fabric, 330.0)
+    faulty = bad | ring_only
+    return mix, len(r.rounds), len(set(r.quarantined) - faulty), len(faulty - set(r.quarantined))
+
+
+def isolation_trials(n: int, trials: int, seed: int = 21) -> dict[str, dict[str, float]]:
+    rng = random.Random(seed)
+    by: dict[str, list[tuple[int, int, int]]] = {m: [] for m in FAULT_MIXES}
+    for _ in range(trials):
+        mix, rounds, false, missed = isolation_trial(n, rng)
+        by[mix].append((rounds, false, missed))
+    return {m: {"trials": len(v), "max_rounds": max((x[0] for x in v), default=0),
+                "mean_rounds": statistics.mean(x[0] for x in v) if v else 0.0,
+                "false": sum(x[1] for x in v), "missed": sum(x[2] for x in v)} for m, v in by.items()}
+
+
+def print_isolation_trials(n: int, trials: int) -> None:
+    t = timed(lambda: isolation_trials(n, trials))
+    counted(f"isolation at scale: {trials} random trials over {n} nodes, k <= 1% faults each (rounds: parallel "
+            f"rounds of disjoint groups; goal <= 4 rounds, 0 healthy nodes quarantined); {t.wall()}")
+    counted(f"{'fault mix':<28} {'trials':>6} {'max rounds':>10} {'mean':>6} {'false quar.':>11} {'missed':>6}")
+    for mix, f in t.result.items():
+        counted(f"{mix:<28} {f['trials']:>6} {f['max_rounds']:>10} {f['mean_rounds']:>6.1f} {f['false']:>11} "
+                f"{f['missed']:>6}")
+    worst = max(f["max_rounds"] for f in t.result.values())
+    false = sum(f["false"] for f in t.result.values())
+    counted(f"goal <= 4 rounds: {'met' if worst <= 4 else 'MISSED'} (worst {worst}); 0 false quarantines: "
+            f"{'met' if false == 0 else 'MISSED'} ({false})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1250)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each of serial and parallel")
     ap.add_argument("--workers", type=int, default=default_workers())
     ap.add_argument("--quick", action="store_true", help="one timed run each")
+    ap.add_argument("--trials", type=int, default=1000, help="random isolation trials at --nodes")
+    ap.add_argument("--isolation-only", action="store_true", help="only the isolation trials")
     args = ap.parse_args(argv)
+    if args.isolation_only:
+        print_isolation_trials(args.nodes, args.trials)
+        return 0
     repeat = 1 if args.quick else args.repeat
     with tempfile.TemporaryDirectory() as tmp:
         gen = timed(lambda: make_bundles(Path(tmp), args.nodes))
@@ -126,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         counted(f"isolation n={f['nodes']} bad={nb} links={nl}: {f['rounds']} rounds / {f['runs']} runs vs all-pairs "
                 f"{f['naive_rounds']} rounds / {f['naive_runs']} runs -> {f['rounds_ratio']:.0f}x fewer rounds, "
                 f"{f['runs_ratio']:.0f}x fewer runs")
+    print_isolation_trials(args.nodes, args.trials)
     return 0
 
 
