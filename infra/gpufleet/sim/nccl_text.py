@@ -10,6 +10,7 @@ whichever fits the width), the footer's `%g` average.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -79,8 +80,10 @@ def row(size: int, busbw: float, ranks: int, wrong: int = 0, in_place_factor: fl
 
 
 def footer(avg_busbw: float, errors: int = 0, collective: str = "all_reduce_perf") -> list[str]:
+    """writeResultFooter, then finalizeFooter's `#` and writeErrors' empty line (no NCCL error)."""
     return [f"# {'Out of bounds values':<20} : {errors} {'FAILED' if errors else 'OK'}",
-            f"# {'Avg bus bandwidth':<20} : {g(avg_busbw)} ", "#", f"# Collective test concluded: {collective}", ""]
+            f"# {'Avg bus bandwidth':<20} : {g(avg_busbw)} ", "#", f"# Collective test concluded: {collective}", "#",
+            "", ""]
 
 
 def all_reduce(code: int, ngpus: int, sizes: Sequence[int], busbw_at: Callable[[int], float], ranks: int,
@@ -95,3 +98,57 @@ def all_reduce(code: int, ngpus: int, sizes: Sequence[int], busbw_at: Callable[[
         buses.append(bus if ranks > 1 else 0.0)
         lines.append(row(s, bus, ranks, wrong_at(s)))
     return lines + footer(sum(buses) / len(buses) if buses else 0.0, errors=sum(wrong_at(s) for s in sizes))
+
+
+JSON_FILE_VERSION = 3  # src/util.cu
+
+
+def lf(value: float) -> float:
+    """jsonDouble prints "%lf": six decimals."""
+    return round(value, 6)
+
+
+def all_reduce_json(argv: Sequence[str], env: Sequence[str], code: int, ngpus: int, sizes: Sequence[int],
+                    busbw_at: Callable[[int], float], ranks: int, first: Device, start: str, end: str,
+                    warmup: int = 1, iters: int = 20) -> str:
+    """The `-J` document (format version 3) of the same run, as src/util.cu's json writer emits
+    it: one line, no spaces; booleans the strings "true"/"false", the average's okay "unchecked"
+    without -G, root the "%6i" string, nwrong a double, doubles "%lf"; `devices` inside `config`
+    with the one rank a single process parses from its device lines (parseRankInfo reads the
+    first); start and end times "%Y-%m-%d %H:%M:%S"."""
+    factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    results, buses = [], []
+    for size in sizes:
+        bus = busbw_at(size)
+        alg = bus / factor if ranks > 1 else bus
+        t = size / (alg * 1e9) * 1e6 if alg > 0 else 0.0
+        shown = bus if ranks > 1 else 0.0
+        buses.append(shown)
+        half = {"time": lf(t), "alg_bw": lf(alg), "bus_bw": lf(shown), "nwrong": 0.0}
+        results.append({"size": size, "count": size // 4, "type": "float", "redop": "sum", "root": f"{-1:6d}",
+                        "out_of_place": half, "in_place": dict(half), "actual_iterations": iters,
+                        "experiment_name": ""})
+    doc = {"version": JSON_FILE_VERSION, "start_time": start, "args": list(argv), "env": list(env),
+           "nccl_version": code,
+           "config": {"nthreads": 1, "ngpus": ngpus, "minimum_bytes": sizes[0], "maximum_bytes": sizes[-1],
+                      "step_factor": 2, "warmup_iters": warmup, "iterations": iters, "aggregated_iterations": 1,
+                      "validation": 1, "graph": 0, "blocking_collectives": "false", "per_iter_timing": "false",
+                      "per_iter_skip": 0, "parallel_init": "false",
+                      "devices": [{"rank": first.rank, "group": 0, "pid": first.pid, "hostname": first.host,
+                                   "device": first.device, "device_hex": f"{0:04x}:{first.bus:02x}:{0:02x}",
+                                   "device_info": first.name}]},
+           "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
+           "average_bus_bandwidth": {"bandwidth": lf(sum(buses) / len(buses)), "okay": "unchecked"},
+           "errors": [], "end_time": end}
+    return dumps_c(doc)
+
+
+def dumps_c(value: object) -> str:
+    """JSON as util.cu's writer prints it: no spaces, doubles "%lf", ints "%d"."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{dumps_c(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(dumps_c(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:f}"
+    return json.dumps(value)

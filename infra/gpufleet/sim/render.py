@@ -132,6 +132,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     files = synth.node_files(node)
     files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
     files[B.NCCL_INTRA] = nccl_intra(sku, versions, busbw)
+    files[B.NCCL_INTRA_JSON] = nccl_intra_json(sku, versions, busbw)
     rc: dict[str, int] = {}
     if look.workload_image is not None:
         runtime, present = image_runtime(look.pool), look.fault != "image-missing"
@@ -162,6 +163,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     if look.fault == "xid-79":
         _drop_gpu(files, sku)
         rc[B.NCCL_INTRA] = 1
+        files[B.NCCL_INTRA_JSON] = _unfinished_json(files[B.NCCL_INTRA_JSON], keep_config=True)
     if look.fault == "slow-nvlink":
         files[B.NVLINK_S] = _slow_links(files[B.NVLINK_S])
     if look.systemic == "driver-broken":
@@ -338,6 +340,8 @@ CLOCK_COUNTERS = ("    Clocks Event Reasons Counters\n" + "".join(
 
 INTRA_SIZES = tuple(2**30 * 2**k for k in range(5))  # -b 1G -e 16G -f 2 (playbooks/preflight.yml)
 NCCL_PID = 1234
+INTRA_JSON_PATH = "/var/tmp/gpufleet-preflight/.nccl-all-reduce-intra.json"  # preflight.yml's -J file
+NCCL_TESTS_DIR = "/opt/nccl-tests/build"
 
 
 def nccl_intra(sku: catalog.InstanceType, versions: Mapping[str, str], busbw: float) -> str:
@@ -348,9 +352,20 @@ def nccl_intra(sku: catalog.InstanceType, versions: Mapping[str, str], busbw: fl
     tag = f"{SYNTH_HOST}:{NCCL_PID}:{NCCL_PID} [0] NCCL INFO"
     devices = [nccl_text.Device(i, NCCL_PID, SYNTH_HOST, i, 0x53 + 0x10 * i, sku.gpu_model) for i in range(sku.gpus)]
     net = [f"{tag} Bootstrap: Using ens32:{SYNTH_IP}0>", f"{tag} NCCL version {versions['nccl']}+cuda{cuda}"]
-    return "\n".join(nccl_text.all_reduce(nccl_text.nccl_code(versions["nccl"]), sku.gpus, INTRA_SIZES,
-                                          lambda s: busbw * (0.9 + 0.025 * INTRA_SIZES.index(s)), sku.gpus, devices,
-                                          net, warmup=1, iters=20))
+    lines = nccl_text.all_reduce(nccl_text.nccl_code(versions["nccl"]), sku.gpus, INTRA_SIZES,
+                                 lambda s: busbw * (0.9 + 0.025 * INTRA_SIZES.index(s)), sku.gpus, devices,
+                                 net, warmup=1, iters=20)
+    return "\n".join([f"# Writing JSON output to {INTRA_JSON_PATH}", *lines])  # printf'd first under -J
+
+
+def nccl_intra_json(sku: catalog.InstanceType, versions: Mapping[str, str], busbw: float) -> str:
+    """The same run's `-J` document, as the collector cats it into nccl-all-reduce-intra.json."""
+    first = nccl_text.Device(0, NCCL_PID, SYNTH_HOST, 0, 0x53, sku.gpu_model)
+    argv = [f"{NCCL_TESTS_DIR}/all_reduce_perf", "-b", "1G", "-e", "16G", "-f", "2", "-g", str(sku.gpus), "-c", "1",
+            "-J", INTRA_JSON_PATH]
+    return nccl_text.all_reduce_json(argv, ["NCCL_DEBUG=INFO"], nccl_text.nccl_code(versions["nccl"]), sku.gpus,
+                                     INTRA_SIZES, lambda s: busbw * (0.9 + 0.025 * INTRA_SIZES.index(s)), sku.gpus,
+                                     first, "2026-07-14 08:09:12", "2026-07-14 08:10:02") + "\n"
 
 
 def _with_clock_counters(text: str) -> str:
@@ -460,6 +475,18 @@ def _driver_broken(files: dict[str, str], rc: dict[str, int], versions: dict[str
     rc[B.NCCL_INTRA] = 1
     files[B.NCCL_EFA_LOOPBACK] = files[B.NCCL_INTRA]
     rc[B.NCCL_EFA_LOOPBACK] = 1
+    files[B.NCCL_INTRA_JSON] = _unfinished_json(files[B.NCCL_INTRA_JSON], keep_config=False)
+
+
+def _unfinished_json(text: str, keep_config: bool) -> str:
+    """The -J document of a run that failed: jsonOutputFinalize closes what was open, so it holds
+    the top-level keys written before the failure (and config without devices when the device
+    report failed), no results and no end_time."""
+    doc = json.loads(text)
+    out = {k: doc[k] for k in ("version", "start_time", "args", "env", "nccl_version")}
+    if keep_config:
+        out["config"] = {k: v for k, v in doc["config"].items() if k != "devices"}
+    return nccl_text.dumps_c(out) + "\n"
 
 
 class BundleWriter:
