@@ -1,7 +1,8 @@
 """`gpufleet cost -s STACK [--since ...] [--until ...]`: GPU-hours, their price and the waste.
 
 Thin: read the sources through their adapters (sacct or Kueue Workloads, the stack's journals,
-Prometheus), call the pure `report.build`, write reports/<stack>/cost.{json,md,html} and
+Prometheus; on the simulated pool, the simulator's job stream over the journals' history), call
+the pure `report.build`, write reports/<stack>/cost.{json,md,html} and
 cost-junit.xml, then exit. A source that could not be read is written into the report as such
 and the command exits 1 (usage is unknown, never zero); no price for the stack's instance type
 exits 2 naming `gpufleet:cost.pricePerInstanceHour`; bad --since/--until exits 2 naming the flag.
@@ -135,9 +136,6 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
     wanted = _formats(formats)
     project = current_project()
     spec = load_stack_path(project.stack_file(stack))
-    if spec.pool.type == "sim":
-        raise UsageError(f"stack {stack!r} runs the simulated pool, which keeps no job accounting", field="gpufleet:pool.type",
-                         expected="a slurm (sacct) or kubernetes (Kueue) pool")
     window = Window(start, end)
     plan = build_plan(spec)
     sku = catalog.get(spec.cluster.instance_type)
@@ -146,9 +144,18 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
     from gpufleet.cost.price_list import SNAPSHOT, read_snapshot
 
     price, missing = resolve(spec, read_snapshot(project.state_dir(stack) / SNAPSHOT))
-    jobs, skipped, problems = read_jobs(spec, project, stack, window)
-    history, history_note, more = read_history(spec, project, stack)
-    problems += more
+    history, history_note, problems = read_history(spec, project, stack)
+    if spec.pool.type == "sim":  # the simulator's job stream over the pool's history
+        from gpufleet.cost.simulated import sim_jobs
+        from gpufleet.sim.jobs import Unit
+
+        sim_units = [Unit(str(u.unit), u.partition or "-", u.slots, u.gpus) for u in units]
+        jobs: Any = None if history is None else sim_jobs(sim_units, history, window, now, seed=spec.simulator.seed if spec.simulator else 1,
+                                                         tenants=spec.ops.tenants)
+        skipped: list[str] = []
+    else:
+        jobs, skipped, more = read_jobs(spec, project, stack, window)
+        problems = more + problems
     url = prometheus or spec.cost.prometheus_url
     series = None
     if url:

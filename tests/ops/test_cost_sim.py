@@ -1,0 +1,34 @@
+"""`gpufleet cost -s local` right after the quickstart (`gpufleet init`, `gpufleet rollout -s local`):
+the simulated pool's job stream gives GPU-hours per partition and per team."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpufleet.cli import main
+
+pytestmark = pytest.mark.slow  # a whole quickstart rollout of the `local` stack
+
+
+def test_cost_after_the_quickstart_has_gpu_hours_per_partition_and_team(tmp_path: Path) -> None:
+    root, run = tmp_path / "project", CliRunner()
+    assert run.invoke(main, ["init", str(root), "--stack", "local"]).exit_code == 0
+    rolled = run.invoke(main, ["--project", str(root), "rollout", "-s", "local"])
+    assert rolled.exit_code in (0, 3), rolled.output  # 3: the seeded faults quarantined nodes
+    first = run.invoke(main, ["--project", str(root), "cost", "-s", "local", "--json"])
+    assert first.exit_code == 2 and "gpufleet prices" in first.output  # no sourced p5 on-demand price
+    stack_file = root / "stacks" / "Pulumi.local.yaml"
+    doc = yaml.safe_load(stack_file.read_text())
+    doc["config"]["gpufleet:cost"] = {**(doc["config"].get("gpufleet:cost") or {}), "pricePerInstanceHour": 55.0}
+    stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run.invoke(main, ["--project", str(root), "cost", "-s", "local", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((root / "reports" / "local" / "cost.json").read_text())
+    assert report["gpu_hours"] > 0 and report["by_partition"] and report["by_team"]
+    assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"] + report["by_team"])
+    assert report["cost_usd"] > 0

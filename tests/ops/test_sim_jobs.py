@@ -1,0 +1,58 @@
+"""The simulated pool's job stream (gpufleet.sim.jobs) and the cost report's reading of it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from gpufleet.cost.simulated import sim_jobs
+from gpufleet.cost.usage import Window, gpu_hours
+from gpufleet.sim.jobs import MODES, Unit, stream, unit_spans
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
+UNITS = [Unit(f"u{i}", part, (f"n{2 * i}", f"n{2 * i + 1}"), 16)
+         for i, part in enumerate(["train"] * 6 + ["infer"] * 3 + ["debug"] * 3)]
+
+
+def _admitted(until: float | None = None) -> dict[str, list[tuple[float, float]]]:
+    end = until if until is not None else float("inf")
+    return {s: [(T0 + 60 * i, end)] for i, u in enumerate(UNITS) for s in u.slots}
+
+
+def test_a_unit_works_only_while_all_its_slots_are_admitted() -> None:
+    admitted = {"a": [(0.0, 100.0), (200.0, 300.0)], "b": [(50.0, 250.0)]}
+    assert unit_spans(Unit("u", "p", ("a", "b"), 8), admitted) == [(50.0, 100.0), (200.0, 250.0)]
+    assert unit_spans(Unit("u", "p", ("a", "c"), 8), admitted) == []
+
+
+def test_the_stream_is_seeded_covers_every_partition_and_runs_until_now() -> None:
+    now = T0 + 6 * 3600
+    jobs = stream(UNITS, _admitted(), now, seed=7)
+    assert jobs == stream(UNITS, _admitted(), now, seed=7)  # the same seed: the same jobs
+    assert {j.partition for j in jobs} == {"train", "infer", "debug"} and {j.mode for j in jobs} <= set(MODES)
+    assert all(j.start < now and (j.end is None or j.end <= now) for j in jobs)
+    assert any(j.end is None and j.state == "RUNNING" for j in jobs)
+    seeds = {tuple(sorted({j.mode for j in stream(UNITS, _admitted(), now, seed=s)})) for s in range(12)}
+    assert len({m for ms in seeds for m in ms}) == 3  # all three modes appear over seeds
+
+
+def test_work_ends_when_the_nodes_leave_the_pool() -> None:
+    left = T0 + 3600
+    jobs = stream(UNITS, _admitted(until=left), T0 + 5 * 3600, seed=7)
+    assert jobs and all(j.end is not None and j.end <= left for j in jobs)
+    assert {j.state for j in jobs} <= {"COMPLETED", "CANCELLED"}
+
+
+def test_the_cost_report_reads_gpu_hours_per_partition_and_team_from_it() -> None:
+    from gpufleet.cost.pool_history import ADMITTED
+
+    history = {s: [(a, ADMITTED)] for s, spans in _admitted().items() for a, _ in spans}
+    now = datetime.fromtimestamp(T0, timezone.utc) + timedelta(hours=2)
+    window = Window(now - timedelta(days=1), now)
+    jobs = sim_jobs(UNITS, history, window, now, seed=3)
+    hours: dict[tuple[str, str], float] = {}
+    for j in jobs:
+        hours[(j.partition, j.team)] = hours.get((j.partition, j.team), 0.0) + gpu_hours(j, window, now)
+    by_part = {p: sum(h for (q, _), h in hours.items() if q == p) for p in ("train", "infer", "debug")}
+    assert all(h > 0 for h in by_part.values()), by_part
+    # every unit is busy from its admission on: 12 units x 16 GPUs, each admitted 60 s after the last
+    assert sum(by_part.values()) <= 12 * 16 * 2 + 1e-6
