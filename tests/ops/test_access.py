@@ -114,3 +114,31 @@ def test_the_command_writes_the_slurm_files_for_a_stack_with_tenants(tmp_path: P
 def test_ops_config_refuses_an_inverted_operating_range() -> None:
     with pytest.raises(ValueError, match="utilMinPercent"):
         OpsConfig(util_min_percent=90, util_max_percent=70)
+
+
+def test_access_changes_run_only_what_slurmdbd_lacks() -> None:
+    from gpufleet.pool.slurm.access_apply import parse_existing
+
+    quotas = [acc.PartitionQuota("train", 640), acc.PartitionQuota("sim", 200), acc.PartitionQuota("debug", 40)]
+    want = acc.slurm_access(TENANTS, quotas, "local")
+    everything = acc.sacctmgr_commands(TENANTS, quotas, "local")
+    assert ["sacctmgr", "-i", "add", "qos", "part-debug", "GrpTRES=gres/gpu=40",
+            "Description=partition debug: every account's jobs together"] in everything
+    # what sacctmgr -n -P prints once the script ran, one limit edited by hand and one user gone
+    qos = "\n".join(f"{q.name}|gres/gpu={q.gpus if q.name != 'part-sim' else 8}" for q in want.qos) + "\nnormal|\n"
+    assocs = "\n".join([f"{a.name}||{','.join(reversed(a.qos))}|{a.default_qos}" for a in want.accounts]
+                       + [f"{a}|{u}||" for u, a in want.users[1:]] + ["root||normal|normal", "root|root|normal|"])
+    have = parse_existing("local\n", qos, assocs)
+    user, account = want.users[0]
+    assert acc.access_changes(want, have) == [
+        ["sacctmgr", "-i", "modify", "qos", "where", "name=part-sim", "set", "GrpTRES=gres/gpu=200"],
+        ["sacctmgr", "-i", "add", "user", user, f"Account={account}", "Cluster=local"]]
+    fixed = parse_existing("local\n", qos.replace("part-sim|gres/gpu=8", "part-sim|gres/gpu=200"),
+                           assocs + f"\n{account}|{user}||")
+    assert acc.access_changes(want, fixed) == []
+
+
+def test_allow_qos_binds_each_partition_to_its_teams_qos() -> None:
+    assert acc.partition_allow_qos(TENANTS, ["train", "sim", "debug"]) == {
+        "train": "normal,speech-train,vision-train", "sim": "normal", "debug": "normal,vision-debug"}
+    assert acc.default_qos(TENANTS)[("vision", "debug")] == "vision-debug"

@@ -22,7 +22,9 @@ import pytest
 
 from gpufleet.plan import access as acc
 from gpufleet.plan import build_plan
-from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.pool.slurm.access_apply import apply_access
+from gpufleet.pool.slurm.cli import SlurmCli
+from gpufleet.pool.slurm.conf import LocalFlavour, generate, unit_request_args
 from gpufleet.pool.slurm.local import slurm_version
 from gpufleet.spec import ClusterSpec, Tenant
 from tests.pool.conftest import small_spec
@@ -143,6 +145,8 @@ def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
             assert done.returncode == 0, (argv, done.stdout, done.stderr)
 
         sacctmgr(commands[0])
+        for q in QUOTAS:  # slurmctld is fatal on a partition QOS slurmdbd lacks; its limit needs the TRES
+            sacctmgr(["sacctmgr", "-i", "add", "qos", acc.partition_qos_name(q.name)])
         procs.append(subprocess.Popen(["slurmctld", "-D", "-c", "-i"], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         _wait("slurmctld", lambda: _listening(ctld_port), root / "log" / "slurmctld.log", procs[-1])
@@ -150,8 +154,8 @@ def accounting(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
         _wait("the gres/gpu TRES", lambda: "gres|gpu" in subprocess.run(
             ["sacctmgr", "-n", "-P", "show", "tres", "format=type,name"], env=env, capture_output=True, text=True,
             timeout=30).stdout, root / "log" / "slurmctld.log", procs[-1])
-        for argv in commands[1:]:
-            sacctmgr(argv)
+        # the rest of the script, as `gpufleet pool access apply` runs it: what slurmdbd lacks
+        apply_access(SlurmCli(conf=slurm_conf, timeout_s=60), acc.slurm_access(TENANTS, QUOTAS, cluster))
         # a world-readable copy of slurm.conf for the unprivileged submitter (tmp_path is root-only)
         client = Path(tempfile.mkdtemp(prefix="gpufleet-acct-"))
         client.chmod(0o755)
@@ -168,7 +172,8 @@ def test_an_account_without_access_to_a_partition_is_refused(accounting: tuple[d
     env, ctld_log = accounting
 
     def sbatch(account: str, partition: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*AS_NOBODY, "sbatch", "-A", account, "-p", partition, "-o", "/dev/null", "--wrap", "true"],
+        unit = unit_request_args(build_plan(_stack()), partition, 1, "tree")  # job_submit.lua takes whole units only
+        return subprocess.run([*AS_NOBODY, "sbatch", "-A", account, *unit, "-o", "/dev/null", "--wrap", "true"],
                               env=env, capture_output=True, text=True, timeout=60, cwd="/tmp")
 
     conf = Path(env["SLURM_CONF"]).read_text()

@@ -8,8 +8,12 @@ in a partition namespace whose `kueue.x-k8s.io/queue-name` label is not that nam
 LocalQueue, so submission goes only through it (Kueue then holds it to the ClusterQueue's quota).
 
 Slurm: an account per team with its members, a QOS per (team, partition) whose GrpTRES caps the
-team at the partition's quota in GPUs, and per partition the AllowAccounts list (a slurm.conf
-partition option). The commands are `sacctmgr -i` argv lists: the cluster first, then (once
+team at the partition's quota in GPUs, per partition the AllowAccounts list (a slurm.conf
+partition option), and per partition a partition QOS (`part-<partition>`, slurm.conf `QOS=`) whose
+GrpTRES is the partition's quota for every account's jobs together: a team's job on debug runs
+under debug's limits whatever QOS it carries, and AllowQos lets only that team's debug QOS (and
+root's `normal`) in. `SlurmAccess` is the whole desired state; `access_changes` is what an
+existing slurmdbd lacks of it, so applying twice changes nothing the second time. The commands are `sacctmgr -i` argv lists: the cluster first, then (once
 slurmctld has registered with `AccountingStorageTRES=gres/gpu`, which creates the gres/gpu TRES
 the QOS limits name) the rest. Slurm queues a job that breaks AllowAccounts unless
 `EnforcePartLimits=ALL`, and lets root past it (tests/ops/test_slurm_accounting.py shows both).
@@ -109,20 +113,104 @@ def qos_name(team: str, partition: str) -> str:
     return f"{team}-{partition}"
 
 
-def sacctmgr_commands(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str) -> list[list[str]]:
-    """Accounts, users, and per (team, partition) a QOS capped at the partition's GPU quota."""
+PARTITION_QOS_PREFIX = "part-"
+ROOT_QOS = "normal"  # slurmdbd's own QOS, root's default
+
+
+def partition_qos_name(partition: str) -> str:
+    return f"{PARTITION_QOS_PREFIX}{partition}"
+
+
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    gpus: int  # GrpTRES=gres/gpu=
+    description: str
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    qos: tuple[str, ...]
+    default_qos: str
+    description: str
+
+
+@dataclass(frozen=True)
+class SlurmAccess:
+    """What slurmdbd must hold for a stack: the cluster, every QOS, the teams' accounts and users."""
+
+    cluster: str
+    qos: tuple[Qos, ...]
+    accounts: tuple[Account, ...]
+    users: tuple[tuple[str, str], ...]  # (user, account)
+
+
+@dataclass(frozen=True)
+class ExistingAccess:
+    """What slurmdbd holds now (read with sacctmgr by the pool's adapter)."""
+
+    clusters: frozenset[str]
+    qos: dict[str, str]  # name -> GrpTRES as sacctmgr prints it ("gres/gpu=8" or "")
+    accounts: dict[str, tuple[frozenset[str], str]]  # account -> (its QOS, its default QOS)
+    users: frozenset[tuple[str, str]]
+
+
+def slurm_access(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str) -> SlurmAccess:
     by_name = {q.name: q for q in quotas}
     check_tenants(tenants, list(by_name))
-    cmds = [["sacctmgr", "-i", "add", "cluster", cluster]]
+    qos = [Qos(partition_qos_name(q.name), q.gpus, f"partition {q.name}: every account's jobs together")
+           for q in quotas]
+    accounts, users = [], []
     for t in tenants:
-        qos = [qos_name(t.name, p) for p in t.partitions]
-        for p, name in zip(t.partitions, qos):
-            cmds.append(["sacctmgr", "-i", "add", "qos", name, f"GrpTRES=gres/gpu={by_name[p].gpus}",
-                         f"Description=team {t.name} on partition {p}"])
-        cmds.append(["sacctmgr", "-i", "add", "account", t.name, f"Cluster={cluster}",
-                     f"Description=gpufleet team {t.name}", f"QOS={','.join(qos)}", f"DefaultQOS={qos[0]}"])
-        cmds += [["sacctmgr", "-i", "add", "user", u, f"Account={t.name}", f"Cluster={cluster}"] for u in t.members]
+        names = [qos_name(t.name, p) for p in t.partitions]
+        qos += [Qos(n, by_name[p].gpus, f"team {t.name} on partition {p}") for p, n in zip(t.partitions, names)]
+        accounts.append(Account(t.name, tuple(names), names[0], f"gpufleet team {t.name}"))
+        users += [(u, t.name) for u in t.members]
+    return SlurmAccess(cluster, tuple(qos), tuple(accounts), tuple(users))
+
+
+def partition_allow_qos(tenants: Sequence[Tenant], partitions: Sequence[str]) -> dict[str, str]:
+    """slurm.conf `AllowQos=` per partition: root's QOS and the QOS of the teams that use it."""
+    check_tenants(tenants, partitions)
+    return {p: ",".join([ROOT_QOS] + sorted(qos_name(t.name, p) for t in tenants if p in t.partitions))
+            for p in partitions}
+
+
+def default_qos(tenants: Sequence[Tenant]) -> dict[tuple[str, str], str]:
+    """(account, partition) -> the QOS a job there gets when it names none (job_submit.lua sets it)."""
+    return {(t.name, p): qos_name(t.name, p) for t in tenants for p in t.partitions}
+
+
+def access_changes(want: SlurmAccess, have: ExistingAccess) -> list[list[str]]:
+    """The sacctmgr commands that bring `have` to `want`; none when it is there already."""
+    cmds: list[list[str]] = []
+    if want.cluster not in have.clusters:
+        cmds.append(["sacctmgr", "-i", "add", "cluster", want.cluster])
+    for q in want.qos:
+        limit = f"GrpTRES=gres/gpu={q.gpus}"
+        if q.name not in have.qos:
+            cmds.append(["sacctmgr", "-i", "add", "qos", q.name, limit, f"Description={q.description}"])
+        elif have.qos[q.name] != limit.split("=", 1)[1]:
+            cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", limit])
+    for a in want.accounts:
+        if a.name not in have.accounts:
+            cmds.append(["sacctmgr", "-i", "add", "account", a.name, f"Cluster={want.cluster}",
+                         f"Description={a.description}", f"QOS={','.join(a.qos)}", f"DefaultQOS={a.default_qos}"])
+        elif have.accounts[a.name] != (frozenset(a.qos), a.default_qos):
+            cmds.append(["sacctmgr", "-i", "modify", "account", "where", f"name={a.name}", f"cluster={want.cluster}",
+                         "set", f"QOS={','.join(a.qos)}", f"DefaultQOS={a.default_qos}"])
+    for user, account in want.users:
+        if (user, account) not in have.users:
+            cmds.append(["sacctmgr", "-i", "add", "user", user, f"Account={account}", f"Cluster={want.cluster}"])
     return cmds
+
+
+def sacctmgr_commands(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str) -> list[list[str]]:
+    """The whole script for an empty slurmdbd: the cluster first (slurmctld registers with it), the
+    partition QOS, then per team its QOS capped at the partition's GPU quota, account and users."""
+    nothing = ExistingAccess(clusters=frozenset(), qos={}, accounts={}, users=frozenset())
+    return access_changes(slurm_access(tenants, quotas, cluster), nothing)
 
 
 def allow_accounts(tenants: Sequence[Tenant], partitions: Sequence[str]) -> dict[str, str]:

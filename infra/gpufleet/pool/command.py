@@ -140,7 +140,9 @@ def pool(ctx: click.Context, stack: str | None, as_json: bool) -> None:
     name = _stack_of(ctx, stack)
     the_pool, plan = _pool(name)
     doc = summarize(plan, the_pool.state(), name, the_pool.kind)
-    click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc))
+    from gpufleet.daytwo.breaker_command import breaker_summary  # the day-two circuit breaker's state
+    doc["breaker"] = breaker_summary(name)
+    click.echo(json.dumps(doc, indent=2) if as_json else render_text(doc) + f"\n{doc['breaker']['line']}")
 
 
 def _local_slurm(stack: str):
@@ -161,7 +163,7 @@ def _local_slurm(stack: str):
 @click.option("--clean", is_flag=True, help="Restart from scratch even when it is up (every node pending again).")
 @click.pass_context
 def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
-    """Start slurmctld and one slurmd per planned node of a simulated stack.
+    """Start MariaDB, slurmdbd, slurmctld and one slurmd per planned node of a simulated stack.
 
     A cluster already up with every planned node keeps its state (admitted nodes stay admitted);
     otherwise, or with --clean, it starts clean: every node drained until gated.
@@ -178,9 +180,9 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
                        f"  export SLURM_CONF={local.conf_path}")
             return
         click.echo(f"local Slurm of {name} is unhealthy ({'; '.join(problems)}): restarting it clean", err=True)
-    took = local.up(spec, plan)
-    click.echo(f"local Slurm of {name}: slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every node "
-               f"drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun")
+    took = local.up(spec, plan, accounting=True)  # slurmdbd too: sacct, QOS limits, `gpufleet cost`
+    click.echo(f"local Slurm of {name}: slurmdbd, slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every "
+               f"node drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun, sacct")
 
 
 @pool.command()
@@ -212,6 +214,43 @@ def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
             for w in ways]}, indent=2))
     else:
         click.echo(render(ways, name))
+
+
+@pool.group("access")
+def access_group() -> None:
+    """Slurm accounts and QOS of the stack (partition QOS, gpufleet:ops.tenants) in slurmdbd."""
+
+
+@access_group.command("apply")
+@stack_opt
+@click.pass_context
+def access_apply(ctx: click.Context, stack: str | None) -> None:
+    """Create or fix, in slurmdbd, the cluster, each partition's QOS and the teams' accounts, QOS and
+    users; only what is missing or different runs, so a second apply changes nothing."""
+    import shlex
+
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.slurm.access_apply import apply_access, desired_access
+
+    name = _stack_of(ctx.parent or ctx, stack)  # -s here or on `pool`
+    project, spec = _context(name)
+    if spec.pool.type != "slurm":
+        raise UsageError(f"stack {name!r} has a {spec.pool.type} pool, not Slurm", field="-s/--stack",
+                         expected="a stack with pool.type slurm (`gpufleet ops access` writes Kubernetes access)")
+    if spec.simulated:
+        local, _ = _local_slurm(name)
+        cli = local.cli(timeout_s=60)
+    else:
+        if not spec.ops.slurm_accounting:
+            raise UsageError(f"stack {name!r} runs no slurmdbd", field="gpufleet:ops.slurmAccounting",
+                             expected="true (the slurm_accounting role installs slurmdbd)")
+        from gpufleet.pool.factory import real_slurm_cli
+        cli = real_slurm_cli(spec, project, name)
+    changes = apply_access(cli, desired_access(spec, build_plan(spec)))
+    for argv in changes:
+        click.echo(shlex.join(argv))
+    click.echo(f"slurm access of {name}: {len(changes)} change(s)" if changes else
+               f"slurm access of {name}: unchanged")
 
 
 @pool.command()

@@ -33,7 +33,7 @@ from typing import Literal, Mapping, Sequence
 
 from gpufleet.catalog import InstanceType
 from gpufleet.errors import ConfigError, PoolError
-from gpufleet.plan.access import allow_accounts
+from gpufleet.plan.access import allow_accounts, default_qos, partition_allow_qos, partition_qos_name
 from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.protocol import PENDING_REASON
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
@@ -145,7 +145,7 @@ def generate(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, version: st
     kind = topology_kind(version)
     return SlurmConfig(slurm_conf=_slurm_conf(spec, plan, flavour, sku, kind), gres_conf=_gres_conf(plan, flavour, sku),
                        topology_conf=_topology_conf(plan, kind), topology=kind,
-                       job_submit_lua=job_submit_lua(plan, kind))
+                       job_submit_lua=job_submit_lua(plan, kind, default_qos(spec.ops.tenants)))
 
 
 def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str]:
@@ -216,10 +216,15 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
     ]
 
 
+def has_accounting(spec: ClusterSpec, flavour: Flavour) -> bool:
+    """The stack asks for it, or the local cluster runs a slurmdbd (`gpufleet pool up` starts one)."""
+    return spec.ops.slurm_accounting or (isinstance(flavour, LocalFlavour) and flavour.slurmdbd_port is not None)
+
+
 def _accounting(spec: ClusterSpec, flavour: Flavour) -> list[str]:
     """slurmdbd on the head node (real) or the caller's (local); the gres/gpu TRES is what the
     teams' QOS limits count (`gpufleet.plan.access.sacctmgr_commands`)."""
-    if not spec.ops.slurm_accounting:
+    if not has_accounting(spec, flavour):
         return ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
     if isinstance(flavour, LocalFlavour):
         host, port, gather = "localhost", flavour.slurmdbd_port, "jobacct_gather/none"
@@ -258,6 +263,12 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
     lines.append("")
     tiers = priority_tiers(plan.partitions)
     access = allow_accounts(spec.ops.tenants, [p.name for p in plan.partitions]) if spec.ops.tenants else {}
+    allow_qos = partition_allow_qos(spec.ops.tenants, [p.name for p in plan.partitions]) if spec.ops.tenants else {}
+    # its limit holds every account's jobs there. slurmctld is fatal on a partition QOS slurmdbd lacks
+    # ("Partition train has an invalid qos (part-train)"), so only where gpufleet creates it before
+    # slurmctld starts: the local cluster (`LocalSlurm.up`). A real head node's first converge starts
+    # slurmctld before slurmdbd exists (the slurm role, then slurm_accounting), so it gets AllowQos only.
+    partition_qos = has_accounting(spec, flavour) and isinstance(flavour, LocalFlavour)
     first = True
     for p in plan.partitions:
         if not p.blocks:
@@ -267,7 +278,9 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
         if p.quota_units is not None:
             limit = f" MaxNodes={max(1, nodes_for_units(plan, p.quota_units))}"
         if p.name in access:
-            limit += f" AllowAccounts={access[p.name]}"
+            limit += f" AllowAccounts={access[p.name]} AllowQos={allow_qos[p.name]}"
+        if partition_qos:
+            limit += f" QOS={partition_qos_name(p.name)}"
         lines.append(f"PartitionName={p.name} Nodes={hostlist(nodes)} PriorityTier={tiers[p.name]} "
                      f"MaxTime={_max_time(spec, p.name)}{limit} Default={'YES' if first else 'NO'} State=UP")
         first = False

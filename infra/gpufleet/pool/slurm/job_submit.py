@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from gpufleet.plan.model import ClusterPlan
 
@@ -60,8 +61,11 @@ def _lua_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def job_submit_lua(plan: ClusterPlan, kind: str) -> str:
-    """The plugin's source for this plan; `kind` is the topology plugin ("tree" or "block")."""
+def job_submit_lua(plan: ClusterPlan, kind: str, team_qos: Mapping[tuple[str, str], str] | None = None) -> str:
+    """The plugin's source for this plan; `kind` is the topology plugin ("tree" or "block");
+    `team_qos`: (account, partition) -> the QOS a job there gets when it names none (the team's
+    QOS for that partition, which the partition's AllowQos lets in)."""
+    qos_rows = ", ".join(f"[{_lua_str(a + ':' + p)}] = {_lua_str(q)}" for (a, p), q in sorted((team_qos or {}).items()))
     t = plan.topology
     partitions = [p.name for p in plan.partitions if p.blocks] or ["all"]
     default = partitions[0]
@@ -78,6 +82,7 @@ local SWITCH_WAIT = {SWITCH_WAIT_S}
 local TREE = {'true' if kind == 'tree' else 'false'}
 local DEFAULT_PARTITION = {_lua_str(default)}
 local UNIT_PARTITIONS = {{ {', '.join(f'[{_lua_str(p)}] = true' for p in partitions)} }}
+local TEAM_QOS = {{ {qos_rows} }}
 local GATE_RESERVATION = {_lua_str('^' + GATE_RESERVATION_PREFIX.replace('-', '%-'))}
 
 local NO_VAL, NO_VAL16 = 4294967294, 65534  -- Slurm's "not given" for 32- and 16-bit fields
@@ -154,6 +159,10 @@ function slurm_job_submit(job, part_list, submit_uid)
       if TREE then
         job.req_switch = switches
         job.wait4switch = SWITCH_WAIT
+      end
+      local account = job.account or job.default_account
+      if job.qos == nil and account ~= nil and TEAM_QOS[account .. ":" .. name] ~= nil then
+        job.qos = TEAM_QOS[account .. ":" .. name]
       end
     end
   end

@@ -31,6 +31,9 @@ from typing import Mapping, Sequence
 
 from gpufleet.errors import PoolError
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.plan.access import partition_qos_name
+from gpufleet.pool.slurm import local_dbd
+from gpufleet.pool.slurm.access_apply import apply_access, desired_access, partition_quotas
 from gpufleet.pool.slurm.cli import INSTALL_HINT, SlurmCli
 from gpufleet.pool.slurm.conf import LocalFlavour, generate
 from gpufleet.spec import ClusterSpec
@@ -61,21 +64,25 @@ class LocalSlurm:
     # --- lifecycle ------------------------------------------------------------------------
 
     def up(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0, with_nodes: bool = True,
-           hosts: Mapping[str, NodeHost] | None = None, controller_address: str | None = None) -> float:
+           hosts: Mapping[str, NodeHost] | None = None, controller_address: str | None = None,
+           accounting: bool | None = None) -> float:
         """Start the cluster for this plan; return the seconds until every node answered.
 
         `with_nodes=False` starts slurmctld alone (the benchmark's 1,250-node configuration: its
         nodes stay unresponsive, which admission does not need, and no 7 GB of slurmd run).
         `hosts`: every node's slurmd in its own host (see NodeHost), which reach slurmctld at
-        `controller_address` (an address of this machine; slurmctld listens on all of them)."""
+        `controller_address` (an address of this machine; slurmctld listens on all of them).
+        `accounting`: MariaDB and slurmdbd too (`local_dbd`), the stack's access applied (partition
+        QOS, teams) once slurmctld registered; None: when the stack asks for Slurm accounting."""
+        accounting = spec.ops.slurm_accounting if accounting is None else accounting
         for tool in ("slurmctld", "slurmd", "sinfo", "scontrol"):
             if shutil.which(tool) is None:
                 raise PoolError(f"{tool} is not installed; {INSTALL_HINT}")
         started = time.monotonic()
         self.down()
-        for sub in ("etc", "state", "spool", "log", "run", "fakedev"):
+        for sub in ("etc", "state", "spool", "log", "run", "fakedev", "db"):
             path = self.root / sub
-            if sub in ("state", "spool", "run") and path.exists():
+            if sub in ("state", "spool", "run", "db") and path.exists():
                 shutil.rmtree(path)
             path.mkdir(parents=True, exist_ok=True)
         nodes = [n.name for n in plan.nodes]
@@ -86,7 +93,8 @@ class LocalSlurm:
                                 f"{', '.join(missing[:5]) or 'none'}) and the controller's address "
                                 f"(given: {controller_address or 'none'})")
         controller, first = free_ports(len(nodes) + 1)
-        flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first,
+        dbd_port, db_port = free_ports(2) if accounting else (None, None)
+        flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first, slurmdbd_port=dbd_port,
                                controller_address=controller_address if hosts is not None else None,
                                node_addresses={n: hosts[n].address for n in nodes} if hosts is not None else None)
         config = generate(spec, plan, flavour, slurm_version())
@@ -97,7 +105,14 @@ class LocalSlurm:
             if not link.is_symlink():
                 link.symlink_to("/dev/null")
         env = self.cli().env()
+        if accounting:
+            assert dbd_port is not None and db_port is not None
+            local_dbd.start(self.root, self.root / "etc", env, dbd_port, db_port)
+            self._before_controller(spec, plan)
         self._start(["slurmctld", "-c", "-i"], env, "slurmctld")
+        if accounting:
+            self._wait_controller(started + wait_s)
+            self._apply_access(spec, plan, started + wait_s)
         if not with_nodes:
             self._wait_controller(started + wait_s)
             return time.monotonic() - started
@@ -160,6 +175,23 @@ class LocalSlurm:
         return pid.is_file() and _alive(_read_pid(pid))
 
     # --- helpers --------------------------------------------------------------------------
+
+    def _before_controller(self, spec: ClusterSpec, plan: ClusterPlan) -> None:
+        """The cluster and the partition QOS slurm.conf names, so slurmctld resolves them at start
+        (their GPU limits need the gres/gpu TRES, which exists once slurmctld registered)."""
+        cli = self.cli(timeout_s=60)
+        cli.run(["sacctmgr", "-i", "add", "cluster", spec.cluster.name])
+        for q in partition_quotas(plan):
+            cli.run(["sacctmgr", "-i", "add", "qos", partition_qos_name(q.name)])
+
+    def _apply_access(self, spec: ClusterSpec, plan: ClusterPlan, deadline: float) -> None:
+        cli = self.cli(timeout_s=60)
+        while "gres|gpu" not in cli.run(["sacctmgr", "-n", "-P", "show", "tres", "format=type,name"]):
+            if time.monotonic() > deadline:
+                self.down()
+                raise PoolError(f"slurmctld never registered the gres/gpu TRES with slurmdbd; logs under {self.root}/log")
+            time.sleep(0.3)
+        apply_access(cli, desired_access(spec, plan))
 
     def _start(self, argv: list[str], env: dict[str, str], what: str) -> None:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
@@ -283,7 +315,8 @@ def _alive(pid: int) -> bool:
 def _is_slurm(pid: int) -> bool:
     """Only signal our own daemons: a stale pid file may name a process reused by something else."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() in ("slurmctld", "slurmd", "slurmstepd")
+        return Path(f"/proc/{pid}/comm").read_text().strip() in ("slurmctld", "slurmd", "slurmstepd", "slurmdbd",
+                                                                  "mariadbd")
     except OSError:
         return False
 
