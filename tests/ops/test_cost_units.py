@@ -254,8 +254,8 @@ def test_unknown_usage_is_never_reported_as_zero() -> None:
     (["--since", "yesterday"], "--since"),
     (["--since", "1d", "--until", "2d"], "--since"),
     (["--format", "json,pdf"], "--format"),
-    ([], "gpufleet:pool.type"),  # the simulated pool keeps no accounting
+    ([], "gpufleet:cost.pricePerInstanceHour"),  # the simulated pool has its job stream; p5 on-demand no price
 ])
-def test_bad_flags_and_a_simulated_pool_exit_2_naming_what_to_fix(args, names) -> None:
-    result = CliRunner().invoke(main, ["--project", str(REPO), "cost", "-s", "local", *args])
+def test_bad_flags_and_a_stack_without_a_price_exit_2_naming_what_to_fix(args, names, tmp_path) -> None:
+    result = CliRunner().invoke(main, ["--project", str(REPO), "cost", "-s", "local", "--out", str(tmp_path), *args])
     assert result.exit_code == 2 and names in result.output, result.output

@@ -150,8 +150,9 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
         from gpufleet.sim.jobs import Unit
 
         sim_units = [Unit(str(u.unit), u.partition or "-", u.slots, u.gpus) for u in units]
-        jobs: Any = None if history is None else sim_jobs(sim_units, history, window, now, seed=spec.simulator.seed if spec.simulator else 1,
-                                                         tenants=spec.ops.tenants)
+        seed = spec.simulator.seed if spec.simulator else 1
+        # never rolled out (no journal): no unit was ever admitted, so no job ran
+        jobs: Any = sim_jobs(sim_units, history or {}, window, now, seed=seed, tenants=spec.ops.tenants)
         skipped: list[str] = []
     else:
         jobs, skipped, more = read_jobs(spec, project, stack, window)
