@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+import typing
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from gpufleet import catalog
+from gpufleet import catalog, strict_yaml
 from gpufleet.errors import ConfigError, ConfigErrors
 from gpufleet.project import current_project
 
@@ -34,6 +35,47 @@ NAMESPACE = "gpufleet"
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
                               populate_by_name=True, use_enum_values=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        """YAML reads `yes`/`true` as booleans and pydantic would take them as 1: a boolean in a
+        number's field is wrapped so that the field's own validation refuses it, at its location."""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            key = field.alias if field.alias in data else name
+            value = data.get(key)
+            if not _numeric(field.annotation):
+                continue
+            if isinstance(value, bool):
+                data = {**data, key: YamlBoolean(value)}
+            elif isinstance(value, dict) and any(isinstance(v, bool) for v in value.values()):
+                data = {**data, key: {k: YamlBoolean(v) if isinstance(v, bool) else v for k, v in value.items()}}
+        return data
+
+
+class YamlBoolean:
+    """A boolean written where a number belongs (`dcgmLevel: yes`): no number validator accepts it."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{self.value!r} (a YAML boolean: yes/no/true/false/on/off)"
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field takes numbers (or a mapping to numbers) and no boolean."""
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        return _numeric(args[1])
+    if args and origin is not Annotated:
+        return any(_numeric(a) for a in args) and bool not in args
+    if origin is Annotated:
+        return _numeric(args[0])
+    return annotation in (int, float)
 
 
 # --- cluster -------------------------------------------------------------------------------
@@ -206,7 +248,7 @@ class S3Backend(_Model):
 
 class RolloutConfig(_Model):
     canary_fraction: float = Field(default=0.1, gt=0, le=1)
-    batch_size: int = Field(default=25, gt=0)
+    batch_size: int = Field(default=25, gt=0, le=100_000)  # nodes; no cluster has more
     max_failure_rate: float = Field(default=0.1, ge=0, le=1)
     # the canary's own bar: its first instances' failure rate above this halts the rollout before
     # anything else is provisioned (None: the same as maxFailureRate)
@@ -617,7 +659,13 @@ class ClusterSpec(_Model):
         try:
             return cls.model_validate(dict(raw))
         except ValidationError as exc:
-            raise ConfigErrors([_to_config_error(e, source) for e in exc.errors()]) from None
+            raise ConfigErrors([_to_config_error(e, _located(source, raw, e["loc"])) for e in exc.errors()]) from None
+
+
+def _located(source: str, raw: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
+    """`file:line` when the raw config was read from YAML that recorded the field's line."""
+    line = strict_yaml.line_of(raw, loc)
+    return f"{source}:{line}" if line else source
 
 
 def _to_config_error(err: Mapping[str, Any], source: str) -> ConfigError:
@@ -669,18 +717,19 @@ def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
 def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
     """The `gpufleet:` keys of a Pulumi stack file, namespace stripped."""
     source = display_path(path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"a symbolic link that loops or leads nowhere (-> {os.readlink(path)})", path=source,
+                          expected="a link that ends at a stack file")
     if not path.is_file():
         raise ConfigError("stack file not found", path=source,
                           expected=f"a file; stacks here: {', '.join(available_stacks(path.parent)) or 'none'}")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = strict_yaml.load(path.read_text(encoding="utf-8"), source=source)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=source,
                           expected="a UTF-8 encoded YAML stack file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", path=source) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", path=source) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise ConfigError("no `config:` mapping", path=source, field="config",
                           expected="a Pulumi stack file with a top-level `config:` mapping")
@@ -692,7 +741,29 @@ def raw_from_stack_yaml(path: Path) -> dict[str, Any]:
             raise ConfigError("a Pulumi secret cannot carry gpufleet's structured config",
                               path=source, field=key, expected="a plain value; keep secrets in their own keys")
         raw[key.split(":", 1)[1]] = value
-    return raw
+    _same_region(doc["config"], source)
+    return _with_lines(raw, doc["config"])
+
+
+def _with_lines(raw: dict[str, Any], config: Any) -> dict[str, Any]:
+    """`raw` keyed without the namespace, still knowing each key's line (for located errors)."""
+    lined = strict_yaml.LinedDict(raw)
+    lines = getattr(config, "lines", {})
+    lined.lines = {name: lines[f"{NAMESPACE}:{name}"] for name in raw if f"{NAMESPACE}:{name}" in lines}
+    return lined
+
+
+def _same_region(config: Mapping[str, Any], source: str) -> None:
+    """Pulumi's AWS provider deploys to `aws:region`; gpufleet plans `cluster.region`: one region."""
+    cluster = config.get(f"{NAMESPACE}:cluster")
+    provider = config.get("aws:region")
+    if not isinstance(cluster, dict) or not isinstance(provider, str) or "region" not in cluster:
+        return
+    if cluster["region"] != provider:
+        line = strict_yaml.line_of(config, [f"{NAMESPACE}:cluster", "region"])
+        raise ConfigError(f"cluster.region {cluster['region']!r} is not aws:region {provider!r}",
+                          path=f"{source}:{line}" if line else source, field=f"{NAMESPACE}:cluster.region",
+                          expected="the same region in both: the AWS provider deploys to aws:region")
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> ClusterSpec:
@@ -744,5 +815,7 @@ def available_stacks(stacks_dir: Path | None = None) -> list[str]:
 def display_path(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13)
+        return display_path(Path(os.path.abspath(path)).parent) + "/" + path.name
     except ValueError:
         return str(path)
