@@ -152,7 +152,8 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
         sim_units = [Unit(str(u.unit), u.partition or "-", u.slots, u.gpus) for u in units]
         seed = spec.simulator.seed if spec.simulator else 1
         # never rolled out (no journal): no unit was ever admitted, so no job ran
-        jobs: Any = sim_jobs(sim_units, history or {}, window, now, seed=seed, tenants=spec.ops.tenants)
+        jobs: Any = None if problems else sim_jobs(sim_units, history or {}, window, now, seed=seed,
+                                                   tenants=spec.ops.tenants)  # an unreadable journal: unknown
         skipped: list[str] = []
     else:
         jobs, skipped, more = read_jobs(spec, project, stack, window)
