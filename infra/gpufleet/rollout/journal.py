@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Protocol
 import gpufleet
 from gpufleet.durable import fsync_dir
 from gpufleet.errors import GpufleetError
+from gpufleet.masking import PRIVATE_MODE, mask
 from gpufleet.rollout import state as st
 
 KILL_ENV = "GPUFLEET_TEST_KILL_AFTER_APPENDS"  # test hook: SIGKILL this process after the Nth append
@@ -99,7 +100,7 @@ class LocalJournalStore:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_MODE)
             if created:
                 fsync_dir(self.path.parent)
         payload = (line + "\n").encode()
@@ -150,7 +151,7 @@ class Journal:
         stamped = {"seq": self.state.last_seq + 1, "at": self.now().isoformat(), "stack": self.stack, **who,
                    "version": gpufleet.__version__, **event}
         st.apply(self.state, stamped)
-        self.store.append(stamped["seq"], json.dumps(stamped, separators=(",", ":"), default=_json_default))
+        self.store.append(stamped["seq"], json.dumps(mask(stamped), separators=(",", ":"), default=_json_default))
         self.appended += 1
         for listen in self.listeners:
             listen(stamped, self.state)
