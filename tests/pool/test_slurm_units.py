@@ -213,3 +213,19 @@ def test_the_health_check_fails_without_slurmd_and_on_nodes_slurm_drained(tmp_pa
     finally:
         slurm.down()
     assert slurm.problems(names) == ["slurmctld is not running"]
+
+
+def test_the_mpi_choice_is_what_the_installed_slurm_runs(cluster: Cluster):
+    """PMIx only when the library the installed plugin opens loads; else pmi2, which then runs."""
+    from gpufleet.pool.slurm.mpi import choose_srun_mpi, pmix_library, pmix_loadable
+
+    _admit(cluster, 0, 1)
+    loadable, library = pmix_loadable(), pmix_library()
+    mpi, findings = choose_srun_mpi("pmix", loadable, library)
+    assert (mpi, bool(findings)) == (("pmix", False) if loadable else ("pmi2", True))
+    unit = _way(cluster, "independent")[1:]
+    chosen = cluster.sh("srun", f"--mpi={mpi}", *unit, "--ntasks-per-node=1", "bash", "-c", "echo ok-$SLURMD_NODENAME")
+    assert len([ln for ln in _lines(chosen) if ln.startswith("ok-")]) == 2, chosen
+    if not loadable:  # what the fallback avoids: srun --mpi=pmix fails on this Slurm
+        failed = cluster.sh("srun", "--mpi=pmix", *unit, "true", check=False)
+        assert "pmix" in failed.lower() and "error" in failed.lower(), failed
