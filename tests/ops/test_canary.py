@@ -53,5 +53,5 @@ def test_the_canary_appears_in_no_file_an_alert_and_a_blacklist_write(served: Se
     quarantine = next(e for e in events if e.get("slot") == slots[1] and e.get("action") == "quarantine")
     assert quarantine["evidence"]["annotations"]["password"] == "[redacted]"
     assert "db password is [redacted]" in quarantine["why"]
-    for name in ("pool.json", "audit.jsonl"):
+    for name in ("pool.json", "audit.jsonl", "daytwo.jsonl", "journal.jsonl"):
         assert (served.project / ".gpufleet/crash40" / name).stat().st_mode & 0o077 == 0, name
