@@ -239,6 +239,35 @@ def test_fi_info_is_libfabric_2s_short_listing(healthy):
     assert "efa-direct" not in files_1x[B.FI_INFO] and "version: 122.0" in files_1x[B.FI_INFO]
 
 
+def test_remapped_rows_csv_is_the_real_capture_shape(healthy):
+    files, _ = healthy
+    theirs = real("nvidia_smi_remapped_rows__h200_drv580__captured.csv").splitlines()
+    ours = files[B.REMAPPED_ROWS].splitlines()
+    shape = lambda line: re.sub(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d", "BUS", line)
+    assert ours[0] == theirs[0] and all(shape(line) == shape(theirs[1]) for line in ours[1:]) and len(ours) == 9
+    pending, _ = render_files(look("row-remap-pending"))
+    table = nvidia_smi.read_query_table(pending[B.REMAPPED_ROWS])
+    assert not table.problems and [r["remapped_rows.pending"] for r in table.records()].count("Yes") == 1
+
+
+@pytest.mark.parametrize("fault", [None, "fabric-unhealthy", "fabric-degraded-bandwidth", "fabric-in-progress",
+                                   "fabric-insufficient-resources"])
+def test_fabric_csv_and_q_say_the_same(fault):
+    files, _ = render_files(look(fault))
+    rows = list(nvidia_smi.read_query_table(files[B.FABRIC_QUERY]).records())
+    sections = files[B.SMI_Q].split("\n    Fabric\n")[1:]
+    assert len(rows) == len(sections) == 8
+    for row, section in zip(rows, sections, strict=True):
+        got = dict(re.findall(r"^\s+(State|Status|CliqueId|ClusterUUID|Summary|Bandwidth|Route Unhealthy)\s+: (.*)$",
+                              section.split("\n    Processes")[0], re.M))
+        cell = lambda k: "N/A" if row[k] is None else row[k]  # the parser reads N/A as no value
+        assert tuple(cell(k) for k in ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid",
+                                       "fabric.health.summary", "fabric.health.bandwidth",
+                                       "fabric.health.route_unhealthy")) == \
+            (got["State"], got["Status"], got["CliqueId"], got["ClusterUUID"], got["Summary"], got["Bandwidth"],
+             got["Route Unhealthy"])
+
+
 # --- fio and iperf3 ------------------------------------------------------------------------------
 
 def keys(doc, prefix: str = "") -> set[str]:
@@ -311,8 +340,8 @@ def changed(fault: str) -> dict[str, str]:
 
 
 def test_each_quirk_changes_only_what_it_names():
-    assert set(changed("fabric-unhealthy")) == {B.SMI_Q, B.QUERY_GPU} - ({B.QUERY_GPU} if "fabric.health.summary"
-                                                                          not in B.QUERY_GPU_FIELDS else set())
+    assert set(changed("fabric-unhealthy")) == {B.SMI_Q, B.FABRIC_QUERY}
+    assert set(changed("fabric-in-progress")) == {B.SMI_Q, B.FABRIC_QUERY, B.QUERY_GPU}
     assert set(changed("xid-mig")) == {B.KERNEL_LOG}
     assert set(changed("tool-missing")) == {B.DCGM_DIAG}
     assert set(changed("nic-count-short")) == {B.FI_INFO, B.NCCL_EFA_LOOPBACK}

@@ -146,6 +146,8 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     files[B.SMI_Q] = _with_fabric_health(files[B.SMI_Q], sku.nvswitch, look.fault)
     files[B.SMI_Q] = _full_q(files[B.SMI_Q], sku, versions["nvidia_driver"])
     files[B.QUERY_GPU] = _fabric_cells(files[B.QUERY_GPU], look.fault)
+    files[B.FABRIC_QUERY] = fabric_query_csv(sku, look.fault)
+    files[B.REMAPPED_ROWS] = remapped_rows_csv(sku, faults)
     files[B.FI_INFO] = _fi_info_for(files[B.FI_INFO], versions.get("libfabric") or "", sku.efa_interfaces,
                                     look.fault == "nic-count-short")
     files[B.NCCL_EFA_LOOPBACK] = _nccl_debug_real(files[B.NCCL_EFA_LOOPBACK], versions.get("libfabric") or "",
@@ -290,6 +292,50 @@ def _fabric_cells(csv: str, fault: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bus(i: int) -> str:
+    return f"00000000:{0x53 + 0x10 * i:02X}:00.0"
+
+
+def fabric_query_csv(sku: catalog.InstanceType, fault: str | None) -> str:
+    """`nvidia-smi --query-gpu=<FABRIC_QUERY_FIELDS> --format=csv` (preflight.yml): the same
+    values each GPU's -q Fabric section shows; the CSV prints N/A bare, as the real driver-580
+    query capture does (tests/fixtures/real/nvidia_smi_query_gpu_gates_fields__h200_drv580__captured.csv)."""
+    fields = [f.strip() for f in B.FABRIC_QUERY_FIELDS.split(",")]
+    health_keys = {"fabric.health.summary": "Summary", "fabric.health.bandwidth": "Bandwidth",
+                   "fabric.health.route_recovery_in_progress": "Route Recovery in progress",
+                   "fabric.health.route_unhealthy": "Route Unhealthy",
+                   "fabric.health.access_timeout_recovery": "Access Timeout Recovery",
+                   "fabric.health.incorrect_configuration": "Incorrect Configuration"}
+    lines = [", ".join(fields)]
+    for i in range(sku.gpus):
+        bad = i == BAD_GPU
+        state, status = FABRIC_FAULT_STATE.get(fault or "", ("Completed", "Success")) if bad else ("Completed",
+                                                                                                   "Success")
+        health = _health(fault if bad else None)
+        v = {"pci.bus_id": _bus(i), "fabric.state": state, "fabric.status": status, "fabric.cliqueId": "0",
+             "fabric.clusterUuid": "00000000-0000-0000-0000-000000000000",
+             **{f: health[k] for f, k in health_keys.items()}}
+        if not sku.nvswitch:
+            v.update({f: "N/A" for f in fields if f != "pci.bus_id"})
+        lines.append(", ".join(v.get(f, "N/A") for f in fields))
+    return "\n".join(lines) + "\n"
+
+
+def remapped_rows_csv(sku: catalog.InstanceType, faults: set[str]) -> str:
+    """`nvidia-smi --query-remapped-rows=<REMAPPED_ROWS_FIELDS> --format=csv`, header and cells
+    as the real driver-580 capture prints them, the bad GPU's row as synth's query CSV has it."""
+    fields = [f.strip() for f in B.REMAPPED_ROWS_FIELDS.split(",")]
+    lines = [", ".join(fields)]
+    for i in range(sku.gpus):
+        bad = i == BAD_GPU
+        v = {"gpu_bus_id": _bus(i), "remapped_rows.correctable": "0",
+             "remapped_rows.uncorrectable": "1" if bad and faults & {"remap_pending", "remap_failure"} else "0",
+             "remapped_rows.pending": "Yes" if bad and "remap_pending" in faults else "No",
+             "remapped_rows.failure": "Yes" if bad and "remap_failure" in faults else "No"}
+        lines.append(", ".join(v[f] for f in fields))
+    return "\n".join(lines) + "\n"
+
+
 def _fi_info_for(text: str, libfabric: str, efa: int, short: bool) -> str:
     """`fi_info -p efa` as libfabric's util/info.c print_short_info prints it. `efa-direct` is a
     libfabric 2.x fabric (the EFA provider split it out in 2.0); 1.x lists `efa` alone. The
@@ -397,6 +443,8 @@ def _drop_gpu(files: dict[str, str], sku: catalog.InstanceType) -> None:
             cells[count_col] = str(sku.gpus - 1)
         rows.append(", ".join(cells))
     files[B.QUERY_GPU] = "\n".join([lines[0], *rows]) + "\n"
+    for name in (B.FABRIC_QUERY, B.REMAPPED_ROWS):
+        files[name] = "".join(f"{line}\n" for line in files[name].splitlines() if bus not in line)
     out, skip = [], False
     for line in files[B.SMI_Q].splitlines():
         if line.startswith("GPU "):
@@ -446,7 +494,7 @@ def _slow_links(text: str) -> str:
 
 def _driver_broken(files: dict[str, str], rc: dict[str, int], versions: dict[str, str]) -> None:
     """An image whose kernel module does not match the user-space driver: nothing reaches NVML."""
-    for name in (B.QUERY_GPU, B.SMI_Q, B.NVLINK_S, B.TOPO_M):
+    for name in (B.QUERY_GPU, B.REMAPPED_ROWS, B.FABRIC_QUERY, B.SMI_Q, B.NVLINK_S, B.TOPO_M):
         files[name] = NVSMI_FAILED
         rc[name] = 9
     files[B.KERNEL_LOG] += (
