@@ -15,7 +15,7 @@ from gpufleet.gates.verdict import Action
 from gpufleet.ports import HostStatus
 from gpufleet.sim import EFFECTS
 
-from .conftest import GATED_KINDS, make_spec
+from .conftest import GATED_KINDS, QUIRK_KINDS, make_spec
 
 
 def gate(cloud, instances, dest: Path, previous=None):
@@ -95,3 +95,21 @@ def test_a_systemic_fault_fails_every_node(cloud_for, tmp_path, systemic):
     codes = cloud.truth().systemic_codes
     assert records and all(r.action is Action.QUARANTINE and r.reason_codes[0] == codes[0]
                            for r in records.values()), {s: r.reason_codes for s, r in records.items()}
+
+
+def test_the_fields_quirks_get_the_verdicts_the_fault_table_names(cloud_for, tmp_path):
+    """Issue 19's quirks, rendered as the real tools print them, through the real gates: a fabric
+    that reports unhealthy or degraded health, is not registered yet or lacks resources, a -q cut
+    off mid-document, a MIG-form Xid, a missing dcgmi, half the EFA devices, a -beta plugin."""
+    cloud = cloud_for(make_spec(target_gpus=160, faults={k: 1 for k in QUIRK_KINDS}))
+    prov = cloud.provisioner.provision(len(cloud.plan.batches), cloud.plan.nodes)
+    _, records = gate(cloud, list(prov.instances.values()), tmp_path / "b")
+    truth = cloud.truth()
+    assert {t.fault for t in truth.faulty.values()} == set(QUIRK_KINDS)
+    for slot, rec in records.items():
+        t = truth.faulty.get(slot)
+        if t is None:
+            assert rec.action is Action.ADMIT, (slot, rec.reason_codes)
+            continue
+        want = Action.RETEST if t.effect.first_action == "retest" else Action.QUARANTINE
+        assert (rec.action, rec.reason_codes[:1]) == (want, t.effect.reason_codes[:1]), (t.fault, rec.reason_codes)
