@@ -122,6 +122,9 @@ def _message(res: Mapping[str, Any]) -> str:
     stderr = str(res.get("stderr", "") or "").strip()
     if stderr and stderr not in msg:
         msg = f"{msg}: {stderr[-500:]}" if msg else stderr[-500:]
+    failures = res.get("failures")  # the dnf module's "No package X available." lines: what names the package
+    if isinstance(failures, list) and failures:
+        msg = f"{msg}: {'; '.join(map(str, failures))}" if msg else "; ".join(map(str, failures))
     return msg[:1000] or "no message"
 
 
