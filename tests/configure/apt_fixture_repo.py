@@ -143,3 +143,26 @@ def local_site_vars(bom: Bom, os_name: str, instance_type: str = "p5.48xlarge") 
         "container_runtime_generate_cdi": True,
     }
     return ev
+
+
+def publish(root: Path, bom: Bom, os_name: str, work: Path) -> list[Pkg]:
+    """Add `bom`'s node stack to the repo already in `root` (a second release beside the first: what a
+    rollback moves between), re-index it and refresh apt. Returns the packages that were new."""
+    repo = root / REPO_IN_ROOT
+    have = {(p.name, p.version) for p in _published(repo)}
+    added = [p for p in node_stack(bom, os_name, os.uname().release) if (p.name, p.version) not in have]
+    for pkg in added:
+        build_deb(pkg, repo, work)
+    write_packages_index(repo)
+    configure_host.apt_get("update", "-q", root=root)
+    return added
+
+
+def _published(repo: Path) -> list[Pkg]:
+    out = []
+    for deb in repo.glob("*.deb"):
+        fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Package", "Version"], check=True,
+                                capture_output=True, text=True).stdout
+        name, version = (line.split(": ", 1)[1] for line in fields.splitlines())
+        out.append(Pkg(name, version))
+    return out

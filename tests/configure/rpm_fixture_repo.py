@@ -26,7 +26,9 @@ from pathlib import Path
 from configure_host import BASE_STAMP, CACHE, FIXTURES, apt_get, chroot, ensure_system_packages
 from configure_host import efa_installer_tarball as efa_tarball
 
+from gpufleet import catalog
 from gpufleet.bom import Bom
+from gpufleet.configure.extravars import LustreMount, configure_extravars
 
 RPM_FIXTURES = FIXTURES / "rpm"
 REPO_IN_ROOT = "srv/gpufleet-rpm"
@@ -226,3 +228,33 @@ def install_into(root: Path, bom: Bom, os_name: str, layer: Path, work: Path) ->
     chroot(root, "rpm", "-i", f"/{REPO_IN_ROOT}/amazonlinux/{release.name}")
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")
     return urls
+
+
+def publish(root: Path, bom: Bom, os_name: str, layer: Path, work: Path) -> list[Rpm]:
+    """Add `bom`'s node stack to the repositories already in `root` (a second release beside the
+    first: what a rollback moves between) and re-index them. Returns the RPMs that were new."""
+    repo_root = root / REPO_IN_ROOT
+    have = {p.name for repo in repo_root.iterdir() if repo.is_dir() for p in repo.glob("*.rpm")}
+    added = []
+    for pkg in node_stack(bom, os_name, Path(f"{layer}.versionlock")):
+        if not any(name.startswith(f"{pkg.name}-{pkg.version}-{pkg.release}.") for name in have):
+            build_rpm(pkg, repo_root / pkg.repo, work)
+            added.append(pkg)
+    for repo in sorted({p.repo for p in added}):
+        subprocess.run(["createrepo_c", "--quiet", "--no-database", "--update", str(repo_root / repo)],
+                       check=True, capture_output=True)
+    return added
+
+
+def local_site_vars(bom: Bom, os_name: str, urls: dict[str, str], lustre: LustreMount) -> dict:
+    """site.yml's extravars for a node whose only package sources are these repositories."""
+    ev = configure_extravars(bom, os_name, catalog.get("p5.48xlarge"), lustre=lustre,
+                             munge_secret_id="gpufleet/dev/munge", region="us-east-1",
+                             live=False, enable_services=False)
+    ev |= {
+        "nvidia_driver_repo_url": urls["cuda"], "nvidia_driver_repo_key_url": "",
+        "container_runtime_rpm_repo_url": urls["libnvidia-container"], "container_runtime_repo_key_url": "",
+        "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
+        "container_runtime_generate_cdi": True,
+    }
+    return ev

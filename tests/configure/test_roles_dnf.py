@@ -18,13 +18,12 @@ from pathlib import Path
 import pytest
 
 from configure_host import Overlay, chroot, converge, require_root
-from gpufleet import catalog
 from gpufleet.bom import load_bom
-from gpufleet.configure.extravars import LustreMount, configure_extravars
+from gpufleet.configure.extravars import LustreMount
 from gpufleet.configure.inventory import Node
 from gpufleet.configure.nccl_env import nccl_env_for
 from gpufleet.configure.runner import AnsibleConfigurator, Verdict
-from rpm_fixture_repo import REPO_IN_ROOT, install_into
+from rpm_fixture_repo import REPO_IN_ROOT, install_into, local_site_vars
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
@@ -35,16 +34,7 @@ HOST = "al2023-n1"
 
 
 def _extravars(bom, urls):
-    ev = configure_extravars(bom, OS, catalog.get("p5.48xlarge"), lustre=FSX,
-                             munge_secret_id="gpufleet/dev/munge", region="us-east-1",
-                             live=False, enable_services=False)
-    ev |= {
-        "nvidia_driver_repo_url": urls["cuda"], "nvidia_driver_repo_key_url": "",
-        "container_runtime_rpm_repo_url": urls["libnvidia-container"], "container_runtime_repo_key_url": "",
-        "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
-        "container_runtime_generate_cdi": True,
-    }
-    return ev
+    return local_site_vars(bom, OS, urls, FSX)
 
 
 @pytest.fixture(scope="module")
