@@ -30,6 +30,9 @@ Events (the journal adds seq, at, stack, version, and the ports' clock):
     {"type": "upgrade", "to": "group-admitted", "group": n}
     {"type": "upgrade", "to": "group-rolled-back", "group": n, "records": {slot: record}, "failed": {...}}
     {"type": "upgrade", "to": "halted" | "finished" | "rollback-started" | "rolled-back", "reason": ...}
+    {"type": "breaker", "to": "tripped", "scope": "partition train" | "fleet", "wanted": n, "limit": n,
+     "slots": [...], "reason": ...}
+    {"type": "breaker", "to": "reset", "who": ..., "why": ...}
 
 Why the previous version per node in an upgrade's "group-started": it is written before any node
 of the group is drained, so a crash at any later point still knows what to roll back to (its BOM
@@ -131,6 +134,16 @@ class UpgradeState:
 
 
 @dataclass
+class BreakerState:
+    """The circuit breaker (`gpufleet.daytwo.breaker`): open from a trip until a person resets it."""
+
+    open: bool = False
+    tripped: dict[str, Any] | None = None  # the latest trip event
+    reset_at: str | None = None  # the latest reset's time: the window counts only what came after
+    history: list[dict[str, Any]] = field(default_factory=list)  # every trip and reset, in order
+
+
+@dataclass
 class DayTwoState:
     last_seq: int = 0
     changes: list[PoolChange] = field(default_factory=list)
@@ -141,6 +154,7 @@ class DayTwoState:
     patrols: list[dict[str, Any]] = field(default_factory=list)  # patrol summaries (no node lists)
     upgrade: UpgradeState | None = None  # the latest upgrade (earlier ones summarised in its history)
     clock: str | None = None  # the ports' clock at the latest event (the simulator's virtual time resumes from it)
+    breaker: BreakerState = field(default_factory=BreakerState)
 
 
 def _pool(state: DayTwoState, e: Mapping[str, Any]) -> None:
@@ -270,8 +284,26 @@ def _reimage(g: GroupState, to: str, e: Mapping[str, Any]) -> None:
     g.seconds += float(e.get("seconds") or 0.0)
 
 
+def _breaker(state: DayTwoState, e: Mapping[str, Any]) -> None:
+    """A trip opens a closed breaker; only a reset that says who and why closes it."""
+    b, to = state.breaker, e.get("to")
+    if to == "tripped":
+        if b.open:
+            raise DayTwoTransitionError("the circuit breaker is open already")
+        b.open, b.tripped = True, dict(e)
+    elif to == "reset":
+        if not b.open:
+            raise DayTwoTransitionError("the circuit breaker is closed: nothing to reset")
+        if not e.get("who") or not e.get("why"):
+            raise DayTwoTransitionError("a breaker reset must say who asked and why")
+        b.open, b.reset_at = False, str(e.get("at", "")) or None
+    else:
+        raise DayTwoTransitionError(f"unknown breaker transition {to!r}")
+    b.history.append({k: e.get(k) for k in ("seq", "at", "to", "scope", "reason", "who", "why")})
+
+
 HANDLERS: dict[str, Callable[[DayTwoState, Mapping[str, Any]], None]] = {
-    "pool": _pool, "replace": _replace, "patrol": _patrol, "upgrade": _upgrade}
+    "pool": _pool, "replace": _replace, "patrol": _patrol, "upgrade": _upgrade, "breaker": _breaker}
 
 
 def apply(state: DayTwoState, event: Mapping[str, Any]) -> DayTwoState:

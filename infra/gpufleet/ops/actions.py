@@ -34,6 +34,28 @@ def page(pages: Sequence[Page], stack: str, command: Sequence[str]) -> None:
             log.error("PAGE command %s failed: %s", command[0], exc)
 
 
+def hold_for_breaker(d: Any, decision: Decision) -> Decision:
+    """Let the circuit breaker (`gpufleet.daytwo.breaker`) pass or hold the decision's quarantines;
+    a new trip is journaled, audited and paged here, and every held quarantine pages instead."""
+    from gpufleet.daytwo import breaker
+
+    state = d.pool.state()
+    policy = breaker.Policy.from_ops(d.spec.ops)
+    verdict = breaker.admit(d.journal.state, {s: n.partition for s, n in state.nodes.items()}, policy,
+                            d.journal.now(), [q.slot for q in decision.quarantine], decision.wanted)
+    if verdict.trip is not None:
+        event = d.journal.append({**verdict.trip.event(policy, d.stack), "who": ACTOR})
+        audit.record(d.state_dir, d.stack, "breaker trip", event["reason"], who=ACTOR,
+                     details={"scope": event["scope"], "wanted": event["wanted"], "limit": event["limit"],
+                              "slots": event["slots"]}, warn=log.warning)
+        decision.page.append(Page("CircuitBreaker", None, event["reason"], {"slots": event["slots"]}))
+    held = set(verdict.held)
+    why = breaker.describe(d.journal.state) if held else ""
+    decision.page.extend(Page(q.reason_code, q.slot, why, q.evidence) for q in decision.quarantine if q.slot in held)
+    decision.quarantine = [q for q in decision.quarantine if q.slot not in held]
+    return decision
+
+
 def handle(note: Notification, stack: str, project: Any = None,
            pager: Callable[[Sequence[Page], str, Sequence[str]], None] = page) -> Decision:
     """Decide under the stack's lock and act; returns the decision (the HTTP answer reports it).
@@ -41,7 +63,7 @@ def handle(note: Notification, stack: str, project: Any = None,
     from gpufleet.daytwo.context import open_day_two
 
     with open_day_two(stack, "ops serve", pool_only=True, project=project) as d:
-        decision = decide(note, d.pool.state(), d.spec.ops.max_quarantine_share)
+        decision = hold_for_breaker(d, decide(note, d.pool.state(), d.spec.ops.max_quarantine_share))
         for q in decision.quarantine:
             node = d.pool.quarantine(q.slot, q.reason_code, q.reason)
             d.journal.append({"type": "pool", "slot": q.slot, "action": "quarantine", "who": ACTOR, "why": q.reason,

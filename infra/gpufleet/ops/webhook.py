@@ -101,6 +101,7 @@ class Decision:
     quarantine: list[Quarantine] = field(default_factory=list)
     page: list[Page] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)
+    wanted: list[str] = field(default_factory=list)  # slots an alert asked to take out, within the budget or not
 
     def summary(self) -> dict[str, Any]:
         return {"quarantined": [q.slot for q in self.quarantine],
@@ -174,6 +175,7 @@ def decide(note: Notification, state: PoolState, share: float) -> Decision:
                                      if slot not in taken else "already quarantined by this notification"))
             continue
         part = node.partition or "-"
+        d.wanted.append(slot)
         fatal = hardware_fatal(alert)
         if out[part] >= allowance(size[part], share, fatal):
             floor = f", or {FATAL_FLOOR} for a hardware-fatal alert" if fatal else ""
