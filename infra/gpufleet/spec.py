@@ -450,6 +450,9 @@ class OpsConfig(_Model):
     breaker_partition_share: float = Field(default=0.2, gt=0, le=1)
     breaker_fleet_share: float = Field(default=0.1, gt=0, le=1)
     breaker_window_minutes: int = Field(default=60, ge=1, le=10080)
+    # the remediation ladder per reason code or Xid ("xid-119"), overriding gpufleet.daytwo.remediation's
+    # table: steps from reset-gpu, reboot, replace, quarantine, in order (checked by that module)
+    remediation: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     page_command: tuple[str, ...] = ()  # argv run with the page as JSON on stdin; empty: log only
     tenants: tuple[Tenant, ...] = ()
     # Slurm: slurmdbd on the head node; the generated slurm.conf then enforces associations, limits
