@@ -440,3 +440,18 @@ def test_types_without_a_published_curve_keep_the_catalog_floor_with_its_source(
     s = GateSettings(instance_type="p5en.48xlarge")
     assert s.busbw_floor(2) == s.busbw_floor(32) == 330.0 and "no published curve" in s.busbw_floor_source(8)
     assert GateSettings(multi_node_busbw_floor_gbs=300.0).busbw_floor(32) == 300.0  # the stack's own floor wins
+
+
+@pytest.mark.parametrize("name", [H100_Q, H200_Q_580, "nvidia_smi_q__h200_1gpu_vm_drv590.48.01__nvidia_gpu_exporter_capture.txt"])
+def test_the_fabric_scan_reads_what_the_full_q_parser_reads(name):
+    """q_fabric (the fabric check's cheap scan) against parse_q on real captures, whole, with two
+    GPU sections, with Health faults, and cut off mid-document."""
+    text = read_real(name)
+    two = text + "\n" + text[text.index("\nGPU ") + 1:]
+    faulty = _health(text, summary="Unhealthy", route_unhealthy="True")
+    for t in (text, two, faulty, text[:len(text) // 2], text[:text.index("Health")]):
+        full = [(g.bus_id, {k: v for k, v in g.values.items() if k.startswith("Fabric/")})
+                for g in nvidia_smi.parse_q(t).gpus]
+        assert nvidia_smi.q_fabric(t) == full
+        doc = [p for p in nvidia_smi.parse_q(t).problems if p.startswith(("no GPU", "Attached"))]
+        assert list(nvidia_smi.q_problems(t)) == doc

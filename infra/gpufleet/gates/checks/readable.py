@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.evidence import NodeEvidence
+from gpufleet.gates.parsers import nvidia_smi
 from gpufleet.gates.parsers.common import ERROR_SENTINELS, missing_tool
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result
@@ -45,8 +46,10 @@ def file_problems(ev: NodeEvidence, name: str) -> tuple[str, ...]:
         errors = set(_gpu_error_values(table.problems)) if table is not None else set()
         return tuple(p for p in (table.problems if table is not None else ()) if p not in errors)
     if name == B.SMI_Q:
-        q = ev.smi_q
-        return tuple(p for p in q.problems if p not in _gpu_error_values(q.problems)) if q is not None else ()
+        q = ev.__dict__.get("smi_q")  # parsed already by a check; else the document-level scan is enough
+        if q is None:
+            return nvidia_smi.q_problems(f.text)
+        return tuple(p for p in q.problems if p not in _gpu_error_values(q.problems))
     if name == B.NVLINK_S:
         return ev.nvlink.problems if ev.nvlink is not None else ()
     if name == B.TOPO_M:
@@ -108,7 +111,9 @@ def _source_error_values(ev: NodeEvidence, name: str) -> list[str]:
     f = ev.bundle.get(name)
     if not f.collected:
         return []
-    parsed = {B.QUERY_GPU: ev.query_table, B.REMAPPED_ROWS: ev.remapped_table, B.SMI_Q: ev.smi_q}[name]
+    if name == B.SMI_Q and not any(v in f.text for v in ERROR_SENTINELS):
+        return []  # no error value anywhere in the text: no need to parse the whole -q for one
+    parsed = ev.query_table if name == B.QUERY_GPU else ev.remapped_table if name == B.REMAPPED_ROWS else ev.smi_q
     return _gpu_error_values(parsed.problems) if parsed is not None else []
 
 

@@ -8,6 +8,7 @@ and are returned as None, while `[GPU is lost]`/`[Unknown Error]` are reported a
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from typing import Mapping
 
@@ -328,6 +329,64 @@ def _fabric_info(raw: dict[str, str | None], where: str) -> FabricInfo:
         out[field] = flag
     out["incorrect_configuration"] = raw.get("incorrect_configuration")
     return FabricInfo(**out, problems=tuple(problems))
+
+
+# The fabric sections and the section count of a -q without parsing the whole document: a
+# node's -q runs to ~2,000 lines and the checks need little of it when the CSV is whole.
+_Q_GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])[ \t\r]*$", re.M)
+_Q_ATTACHED = re.compile(r"^Attached GPUs\s*:\s*(\S+)", re.M)
+# "    Fabric" at a GPU section's first level, then its lines (all indented deeper than 4)
+_Q_FABRIC_BLOCK = re.compile(r"\n    Fabric[ \t\r]*\n((?: {5}[^\n]*(?:\n|$))*)")
+
+
+@functools.lru_cache(maxsize=8)
+def _q_heads(text: str) -> tuple[tuple[int, str], ...]:
+    """(offset, bus id) of each GPU section header of a -q (one scan, shared by q_fabric and q_problems)."""
+    return tuple((m.start(), m.group(1)) for m in _Q_GPU_HEADER.finditer(text))
+
+
+def q_fabric(text: str) -> list[tuple[str, dict[str, str]]]:
+    """(bus id, {'Fabric/State': ..., 'Fabric/Health/Summary': ...}) per GPU section of a -q, the
+    same paths and values parse_q gives (tests/gates/test_field_verdicts.py compares them)."""
+    heads = _q_heads(text)
+    out: list[tuple[str, dict[str, str]]] = [(bus, {}) for _, bus in heads]
+    hi = 0
+    for fm in _Q_FABRIC_BLOCK.finditer(text):
+        while hi + 1 < len(heads) and heads[hi + 1][0] < fm.start():
+            hi += 1
+        if not heads or heads[hi][0] > fm.start():
+            continue  # a Fabric block before any GPU section
+        values = out[hi][1]
+        stack: list[tuple[int, str]] = [(4, "Fabric")]
+        for line in fm.group(1).split("\n"):
+            line = line.rstrip()
+            if not line:
+                continue
+            indent = len(line) - len(line.lstrip(" "))
+            lm = _Q_LINE.match(line)
+            key, value = (lm.group(2).strip(), (lm.group(3) or "").strip()) if lm else (line.strip(), None)
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = "/".join([k for _, k in stack] + [key])
+            if value is None or value == "":
+                stack.append((indent, key))
+                if value == "":
+                    values[path] = ""
+            else:
+                values[path] = value
+    return out
+
+
+def q_problems(text: str) -> tuple[str, ...]:
+    """parse_q's document-level problems (no GPU section; Attached GPUs against the sections), cheaply."""
+    n = len(_q_heads(text))
+    if n == 0:
+        return ("no GPU section found",)
+    m = _Q_ATTACHED.search(text)
+    attached = to_int(m.group(1)) if m else None
+    if attached is not None and attached != n:
+        return (f"Attached GPUs says {attached}, found {n} GPU sections",)
+    return ()
 
 
 # ---------------------------------------------------------------- nvlink -s
