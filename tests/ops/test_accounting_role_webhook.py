@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.monitoring.files import OPS_SERVE
+from gpufleet.monitoring.files import OPS_SERVE, ensure_token
 from gpufleet.plan import build_plan
 from gpufleet.project import load_project
 from gpufleet.rollout.wiring import head_node_extravars, real_executor
@@ -115,7 +115,8 @@ def test_the_unit_runs_a_real_ops_serve_on_the_files_the_role_installs(tmp_path:
     for d, mode in (("", 0o755), (".gpufleet", 0o750), (".gpufleet/dev", 0o750), ("stacks", 0o755), ("images", 0o755)):
         (home / d).mkdir(parents=True, exist_ok=True)  # as an earlier converge left them
         (home / d).chmod(mode)
-    ev = head_node_extravars(spec, project, "dev", "24.11.6") | {
+    token_file = ensure_token(tmp_path / "controller" / "webhook.token")  # what monitoring_extravars hands over
+    ev = head_node_extravars(spec, project, "dev", "24.11.6") | {"ops_webhook_token_file": str(token_file)} | {
         "ops_webhook_listen": f"127.0.0.1:{port}", "ops_webhook_home": str(home), "ops_webhook_user": "root",
         # this test's own environment, where gpufleet is installed: pip has nothing to do
         "ops_webhook_venv": sys.prefix, "ops_webhook_requirement": "gpufleet",
@@ -151,22 +152,31 @@ def test_the_unit_runs_a_real_ops_serve_on_the_files_the_role_installs(tmp_path:
         dest = home / item["dest"]
         dest.write_text(_after(results, str(dest)))
         assert dest.read_text() == Path(item["src"]).read_text()
+    token = next(r for r in results if r["task"] == "Install the webhook's bearer token")
+    assert not token.get("skipped") and "censored" in token  # it runs, and no_log hides what it copies
+    assert token_file.read_text().strip() not in json.dumps(results)
+    installed = home / ".gpufleet" / "dev" / "webhook.token"  # where the role puts it, 0600
+    installed.write_text(token_file.read_text())
+    installed.chmod(0o600)
     stderr = tmp_path / "serve.log"
     proc = subprocess.Popen(argv, cwd=unit["WorkingDirectory"][0], env=dict(os.environ, **env),
                             stdout=subprocess.DEVNULL, stderr=stderr.open("w"))
     try:
         _wait("gpufleet ops serve", lambda: _listening(port), stderr, proc)
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/", data=json.dumps({"alerts": "no"}).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
-        with pytest.raises(urllib.error.HTTPError) as answer:
-            urllib.request.urlopen(request, timeout=30)
-        assert answer.value.code == 400
+        for auth, code in ((None, 401), (f"Bearer {token_file.read_text().strip()}", 400)):
+            headers = {"Content-Type": "application/json"} | ({"Authorization": auth} if auth else {})
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/", data=json.dumps({"alerts": "no"}).encode(),
+                                             headers=headers, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(request, timeout=30)
+            assert answer.value.code == code
         assert "not an Alertmanager version-4 notification" in answer.value.read().decode()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     assert "gpufleet ops serve: stack dev on http://127.0.0.1:" in stderr.read_text()
-    assert not (home / ".gpufleet" / "dev" / "audit.jsonl").exists()  # a malformed alert acts on nothing
+    audited = [json.loads(line) for line in (home / ".gpufleet" / "dev" / "audit.jsonl").read_text().splitlines()]
+    assert [(e["what"], e["details"]["status"]) for e in audited] == [("webhook refused", 401), ("webhook refused", 400)]
 
 
 def test_a_bom_outside_the_project_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -70,9 +70,9 @@ def monitoring_extravars(spec: ClusterSpec, bom: Bom, t: Thresholds, stack: str,
         write_atomic(out_dir / name, text)
     pins = bom.monitoring
     token = ensure_token(out_dir.parent / TOKEN_FILE)
-    return {
+    ops_serve = {"ops_webhook_token_file": str(token)} if spec.ops.alert_webhook_url is None else {}  # on the head
+    return ops_serve | {
         "monitoring_server_webhook_token_file": str(token),
-        "ops_webhook_token_file": str(token),
         "monitoring_exporters_dcgm_exporter_version": pins.dcgm_exporter,
         "monitoring_exporters_node_exporter_version": pins.node_exporter,
         "monitoring_exporters_counters_file": str(out_dir / FILES["counters"]),
