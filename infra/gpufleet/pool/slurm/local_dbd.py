@@ -28,6 +28,13 @@ def listening(port: int) -> bool:
         return False
 
 
+def socket_path(db_port: int) -> Path:
+    """Under /tmp, not the state dir: a unix socket path holds 107 bytes, and a project's
+    `.gpufleet/<stack>/slurm/run/` under a deep folder exceeded it (mariadbd then exits after
+    opening its TCP port, and slurmdbd finds no database)."""
+    return Path("/tmp") / f"gpufleet-mariadb-{db_port}.sock"
+
+
 def slurmdbd_conf(root: Path, dbd_port: int, db_port: int) -> str:
     return "\n".join([
         "# gpufleet local test cluster: slurmdbd on 127.0.0.1, auth/none, its MariaDB under the same root",
@@ -53,7 +60,7 @@ def start(root: Path, etc: Path, env: dict[str, str], dbd_port: int, db_port: in
             raise PoolError(f"mariadb-install-db failed: {(done.stderr or done.stdout).strip()[-300:]}")
     log = root / "log"
     subprocess.Popen(["mariadbd", f"--datadir={db}", "--user=root", f"--port={db_port}", "--bind-address=127.0.0.1",
-                      f"--socket={root / 'run' / 'mysql.sock'}", f"--pid-file={root / 'run' / 'mariadbd.pid'}",
+                      f"--socket={socket_path(db_port)}", f"--pid-file={root / 'run' / 'mariadbd.pid'}",
                       f"--log-error={log / 'mariadb.log'}"],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     _wait(lambda: listening(db_port), time.monotonic() + deadline_s, "mariadbd", log / "mariadb.log")
