@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 from gpufleet.rollout import journal as journal_mod
 from gpufleet.rollout.journal import Journal, LocalJournalStore
 
-from tests.rollout.e2e import journal_state, rollout, snapshot
+from tests.rollout.e2e import journal_state, ledger_events, rollout, snapshot
 from tests.rollout.project import make_project, seed_program_cache
 
 pytestmark = pytest.mark.slow
@@ -149,3 +150,30 @@ def test_the_full_size_rollout_killed_and_resumed(tmp_path):
     result = rollout(project, "local", "--resume")
     assert result.exit_code == 0, result.output
     assert snapshot(project, "local") == ref
+
+
+def test_fifty_sigkills_at_random_points_with_batches_in_flight(reference, tmp_path):
+    """Issue 21: with post-canary batches in flight together (crash40: four at once), 50 real
+    `gpufleet rollout` processes SIGKILLed after a random journal append and resumed end equal to the
+    uninterrupted run: the same pool (admitted set, quarantines and their reasons, replacements),
+    the same records, and the simulator's own ledger of launches and stops (nothing bought twice)."""
+    ref_project, ref, total = reference
+    ref_state = journal_state(ref_project, STACK)
+    assert len([b for b in ref_state.batches.values()]) > 2
+    rng = random.Random(21)
+    for trial in range(50):
+        n = rng.randrange(2, total)
+        project = fresh(tmp_path, ref_project, f"k{trial}")
+        proc = _cli(project, env={journal_mod.KILL_ENV: str(n)})
+        proc.wait(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        result = rollout(project, STACK, "--resume")
+        assert result.exit_code == 0, (trial, n, result.output)
+        assert snapshot(project, STACK) == ref, (trial, n)
+        state = journal_state(project, STACK)
+        assert {s: (x.stage, x.reason_code, x.replacements) for s, x in state.nodes.items()} == {
+            s: (x.stage, x.reason_code, x.replacements) for s, x in ref_state.nodes.items()}, (trial, n)
+        launches = [e["slot"] for e in ledger_events(project, STACK) if e["event"] == "launch"]
+        stops = [e["slot"] for e in ledger_events(project, STACK) if e["event"] in ("stop", "terminate")]
+        assert len(launches) - len(stops) == len(set(launches)), (trial, n)  # one running instance per slot
+        shutil.rmtree(project)
