@@ -110,7 +110,7 @@ def test_pool_up_down_on_local_slurm(project):
         assert again.exit_code == 0 and "already up with 125 nodes" in again.output
     finally:
         out = runner.invoke(main, [*args, "down", "-s", "local-slurm"])
-    assert out.exit_code == 0 and "stopped 126 daemon(s)" in out.output
+    assert out.exit_code == 0 and "stopped 128 daemon(s)" in out.output  # 125 slurmd, slurmctld, slurmdbd, mariadbd
 
 
 def test_pool_up_says_how_to_install_slurm(project, monkeypatch):
