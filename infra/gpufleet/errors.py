@@ -16,21 +16,24 @@ class GpufleetError(Exception):
 class ConfigError(GpufleetError):
     """Invalid stack file, schema violation or an ERROR finding. Exit code 2.
 
-    `path` is the file, `field` the dotted field path, `expected` what would be valid.
+    `path` is the file, `line` the line in it (when known), `field` the dotted field path,
+    `expected` what would be valid.
     """
 
     exit_code = 2
 
     def __init__(self, message: str, *, path: str | None = None, field: str | None = None,
-                 expected: str | None = None) -> None:
+                 expected: str | None = None, line: int | None = None) -> None:
         self.path = path
+        self.line = line
         self.field = field
         self.expected = expected
         self.message = message
         super().__init__(self.render())
 
     def render(self) -> str:
-        where = ": ".join(p for p in (self.path, self.field) if p)
+        at = f"{self.path}:{self.line}" if self.path and self.line else self.path
+        where = ": ".join(p for p in (at, self.field) if p)
         text = f"{where}: {self.message}" if where else self.message
         if self.expected:
             text += f" (expected {self.expected})"
@@ -43,7 +46,7 @@ class ConfigErrors(ConfigError):
     def __init__(self, errors: list[ConfigError]) -> None:
         self.errors = errors
         first = errors[0]
-        super().__init__(first.message, path=first.path, field=first.field, expected=first.expected)
+        super().__init__(first.message, path=first.path, field=first.field, expected=first.expected, line=first.line)
 
     def render(self) -> str:
         return "\n".join(e.render() for e in getattr(self, "errors", [])) or super().render()
