@@ -662,16 +662,11 @@ class ClusterSpec(_Model):
         try:
             return cls.model_validate(dict(raw))
         except ValidationError as exc:
-            raise ConfigErrors([_to_config_error(e, _located(source, raw, e["loc"])) for e in exc.errors()]) from None
+            raise ConfigErrors([_to_config_error(e, source, strict_yaml.line_of(raw, e["loc"]))
+                                for e in exc.errors()]) from None
 
 
-def _located(source: str, raw: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
-    """`file:line` when the raw config was read from YAML that recorded the field's line."""
-    line = strict_yaml.line_of(raw, loc)
-    return f"{source}:{line}" if line else source
-
-
-def _to_config_error(err: Mapping[str, Any], source: str) -> ConfigError:
+def _to_config_error(err: Mapping[str, Any], source: str, line: int | None = None) -> ConfigError:
     loc = [str(p) for p in err["loc"]]
     # Pydantic appends the union member tag ('s3', 'local') to discriminated-union paths.
     field = f"{NAMESPACE}:{loc[0]}" if loc else f"{NAMESPACE}:"
@@ -688,7 +683,7 @@ def _to_config_error(err: Mapping[str, Any], source: str) -> ConfigError:
     expected = _expected(err)
     if "input" in err and err["type"] not in ("missing", "extra_forbidden") and not isinstance(err["input"], (dict, list)):
         msg += f" (got {err['input']!r})"
-    return ConfigError(msg, path=source, field=field, expected=expected)
+    return ConfigError(msg, path=source, field=field, expected=expected, line=line)
 
 
 def _expected(err: Mapping[str, Any]) -> str | None:
@@ -765,7 +760,7 @@ def _same_region(config: Mapping[str, Any], source: str) -> None:
     if cluster["region"] != provider:
         line = strict_yaml.line_of(config, [f"{NAMESPACE}:cluster", "region"])
         raise ConfigError(f"cluster.region {cluster['region']!r} is not aws:region {provider!r}",
-                          path=f"{source}:{line}" if line else source, field=f"{NAMESPACE}:cluster.region",
+                          path=source, line=line, field=f"{NAMESPACE}:cluster.region",
                           expected="the same region in both: the AWS provider deploys to aws:region")
 
 

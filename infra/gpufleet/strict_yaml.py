@@ -59,15 +59,15 @@ def load(text: str, *, source: str) -> Any:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as exc:
         raise ConfigError(f"key {exc.key!r} appears twice (first on line {exc.first})",
-                          path=f"{source}:{exc.again}", field=str(exc.key),
+                          path=source, line=exc.again, field=str(exc.key),
                           expected="each key once per mapping; YAML would silently keep the last") from None
     except RecursionError:
         raise ConfigError("nested too deeply to read", path=source,
                           expected="a config file of ordinary depth (mappings and lists a few levels deep)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise ConfigError(f"not valid YAML: {exc}", path=where) from None
+        raise ConfigError(f"not valid YAML: {exc}", path=source,
+                          line=mark.line + 1 if mark is not None else None) from None
 
 
 def line_of(doc: Any, path: Iterable[Any]) -> int | None:
