@@ -174,6 +174,8 @@ class Orchestrator:
         everything = self.last_batch == len(self.plan.batches)
         if everything and not self.state.halted and not self.state.finished and all(
                 self.state.batch(b.number).stage is BatchStage.PASSED for b in self.plan.batches):
+            if len(self.plan.batches) == 1 and not self._hook_passes(2):
+                return self.outcome()  # a canary-only plan has no batch 2 to run the smoke job before
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
 
