@@ -42,7 +42,8 @@ def build_plan(spec: ClusterSpec, extra_findings: Sequence[Finding] = ()) -> Clu
     allocations, f = allocate(spec.partitions, topo.units, topo.blocks, topo.units_per_block, c.unit_gpus)
     findings += f
     block_partition = {b: a.name for a in allocations for b in a.blocks}
-    batches, f = plan_batches(topo.nodes, topo.nodes_per_block, spec.rollout.canary_fraction, spec.rollout.batch_size)
+    batches, f = plan_batches(topo.nodes, topo.nodes_per_block, spec.rollout.canary_fraction, spec.rollout.batch_size,
+                              spec.acceptance.smoke_nodes)
     findings += f
     slots, units, blocks = layout(c.name, topo, batch_of_block(batches), block_partition)
     network, f = plan_network(spec.network, instance, topo.nodes, topo.spare_nodes, spec.pool.type,

@@ -12,10 +12,19 @@ from gpufleet.plan.model import Batch
 
 
 def plan_batches(nodes: int, nodes_per_block: int, canary_fraction: float,
-                 batch_size: int) -> tuple[list[Batch], list[Finding]]:
+                 batch_size: int, smoke_nodes: int = 1) -> tuple[list[Batch], list[Finding]]:
+    """The canary holds at least the smoke job's `smoke_nodes` (as far as the cluster has them):
+    the smoke job runs on the canary, and a canary smaller than it halts every rollout there."""
     findings: list[Finding] = []
     blocks = math.ceil(nodes / nodes_per_block)
     canary_blocks = min(blocks, max(1, math.ceil(canary_fraction * nodes / nodes_per_block)))
+    smoke_blocks = min(blocks, math.ceil(min(smoke_nodes, nodes) / nodes_per_block))
+    if smoke_blocks > canary_blocks:
+        findings.append(info("CANARY_SIZED_FOR_SMOKE", "gpufleet:rollout.canaryFraction",
+                             f"canaryFraction {canary_fraction:g} gives {canary_blocks * nodes_per_block} canary "
+                             f"node(s); the canary holds {smoke_blocks * nodes_per_block} so that the smoke job's "
+                             f"{smoke_nodes} nodes (acceptance.smokeNodes) run on it"))
+        canary_blocks = smoke_blocks
     per_batch = max(1, batch_size // nodes_per_block)
     if batch_size < nodes_per_block:
         findings.append(warning("BATCH_SMALLER_THAN_BLOCK", "gpufleet:rollout.batchSize",
