@@ -156,9 +156,14 @@ def prometheus_stack_values(ops: OpsConfig) -> dict[str, Any]:
         "prometheus-node-exporter": {"tolerations": gate_tolerations(), "prometheus": {"monitor": {"enabled": False}}},
         "grafana": {"enabled": False},  # gpufleet's reports are its own; a dashboard is the user's choice
     }
-    if ops.alert_webhook_url is not None:
-        values["alertmanager"] = {"config": alertmanager_config(ops.alert_webhook_url)}
+    if ops.alert_webhook_url is not None:  # the bearer token from the Secret gpufleet-webhook (key `token`)
+        values["alertmanager"] = {"config": alertmanager_config(ops.alert_webhook_url, credentials_file=WEBHOOK_TOKEN),
+                                  "alertmanagerSpec": {"secrets": [WEBHOOK_SECRET]}}
     return values
+
+
+WEBHOOK_SECRET = "gpufleet-webhook"  # created by the operator in the monitoring namespace: key `token`
+WEBHOOK_TOKEN = f"/etc/alertmanager/secrets/{WEBHOOK_SECRET}/token"  # where the operator mounts Secrets
 
 
 def monitoring_objects(ops: OpsConfig, rules: dict[str, Any], stack: str, dcgm_version: str) -> list[dict[str, Any]]:
