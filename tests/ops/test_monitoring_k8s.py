@@ -122,7 +122,10 @@ def test_the_stacks_prometheus_selects_gpufleets_objects_and_its_alertmanager_ca
     config = values["alertmanager"]["config"]
     (receiver,) = config["receivers"]
     assert config["route"]["receiver"] == receiver["name"]
-    assert receiver["webhook_configs"] == [{"url": WEBHOOK, "send_resolved": True}]
+    assert receiver["webhook_configs"] == [{"url": WEBHOOK, "send_resolved": True, "http_config": {
+        "authorization": {"type": "Bearer", "credentials_file": "/etc/alertmanager/secrets/gpufleet-webhook/token"}}}]
+    # the chart mounts the operator's Secret gpufleet-webhook there (alertmanagerSpec.secrets)
+    assert values["alertmanager"]["alertmanagerSpec"]["secrets"] == ["gpufleet-webhook"]
     assert "node" in config["route"]["group_by"]
 
 
