@@ -228,6 +228,28 @@ def test_q_cuda_version_is_the_drivers():
     assert re.search(r"CUDA Version\s+: 12\.8\n", files[B.SMI_Q])  # the BOM's driver 570
 
 
+def test_topo_m_prints_as_the_real_capture(healthy):
+    files, _ = healthy
+    ours = files[B.TOPO_M].splitlines()
+    theirs = real("nvidia_smi_topo_m__h200_1gpu_vm__captured.txt").splitlines()
+    head = lambda line: re.sub(r"GPU\d(\tGPU\d)*", "GPUS", line)  # the ANSI underline around the header row
+    assert head(ours[0]) == head(theirs[0]) and ours[0].startswith("\t\x1b[4mGPU0\t") and ours[0].endswith("\x1b[0m")
+    assert ours[ours.index("Legend:"):] == theirs[theirs.index("Legend:"):]
+    tail = lambda line: re.sub(r"\d+", "N", "\t".join(line.split("\t")[-4:]))  # CPU, NUMA, empty, GPU NUMA ID
+    assert {tail(line) for line in ours[1:9]} == {tail(theirs[1])} == {"N-N\tN\t\tN/A"}
+    assert nvidia_smi.parse_topo(files[B.TOPO_M]).devices == tuple(f"GPU{i}" for i in range(8))
+
+
+def test_kernel_log_boots_the_nodes_own_kernel(healthy):
+    """The boot line names the kernel versions.json reports (it said 6.1.112 beside 6.1.141)."""
+    files, _ = healthy
+    first = files[B.KERNEL_LOG].splitlines()[0]
+    assert re.search(rf"kernel: Linux version {re.escape(synth.DEFAULT_VERSIONS['kernel'])} \(\S+\) \(gcc \(GCC\) "
+                     r"[\d.]+, GNU ld .*\) #1 SMP PREEMPT_DYNAMIC$", first)
+    reported = json.loads(files[B.VERSIONS])["kernel"]["output"].strip()
+    assert reported in first
+
+
 def test_fi_info_is_libfabric_2s_short_listing(healthy):
     files, _ = healthy
     blocks = files[B.FI_INFO].strip().split("\nprovider: ")

@@ -148,6 +148,11 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     files[B.QUERY_GPU] = _fabric_cells(files[B.QUERY_GPU], look.fault)
     files[B.FABRIC_QUERY] = fabric_query_csv(sku, look.fault)
     files[B.REMAPPED_ROWS] = remapped_rows_csv(sku, faults)
+    files[B.TOPO_M] = _topo_as_printed(files[B.TOPO_M])
+    files[B.KERNEL_LOG] = files[B.KERNEL_LOG].replace(
+        "kernel: Linux version 6.1.112 (mockbuild@) #1 SMP",
+        f"kernel: Linux version {versions['kernel']} (mockbuild@{SYNTH_HOST}) (gcc (GCC) 11.5.0, GNU ld version "
+        "2.41) #1 SMP PREEMPT_DYNAMIC", 1)  # the node's own kernel, in the shape of a real boot line
     files[B.FI_INFO] = _fi_info_for(files[B.FI_INFO], versions.get("libfabric") or "", sku.efa_interfaces,
                                     look.fault == "nic-count-short")
     files[B.NCCL_EFA_LOOPBACK] = _nccl_debug_real(files[B.NCCL_EFA_LOOPBACK], versions.get("libfabric") or "",
@@ -290,6 +295,27 @@ def _fabric_cells(csv: str, fault: str | None) -> str:
                     cells[header.index(name)] = value
             lines[i] = ", ".join(cells)
     return "\n".join(lines) + "\n"
+
+
+TOPO_LEGEND = """\
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""  # the real capture's legend, tests/fixtures/real/nvidia_smi_topo_m__h200_1gpu_vm__captured.txt
+
+
+def _topo_as_printed(text: str) -> str:
+    """`nvidia-smi topo -m` underlines its header row with ANSI escapes even into a file, and
+    prints the whole legend (the real capture)."""
+    if "Legend:" not in text or not text.startswith("\t"):
+        return text
+    head, rest = text.split("\n", 1)
+    matrix = rest.split("\nLegend:", 1)[0]
+    return f"\t\x1b[4m{head[1:]}\x1b[0m\n{matrix}\nLegend:\n\n{TOPO_LEGEND}"
 
 
 def _bus(i: int) -> str:
