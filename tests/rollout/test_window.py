@@ -112,3 +112,14 @@ def test_the_windowed_schedule_and_its_bounds():
     # one batch at a time over the same durations: the old figures, the late track on the path
     assert wide.sequential_s == canary_end + 6 * 2000 + 900
     assert wide.to_dict()["window"] == {"batches": 6, "fabric_tests": 6, "fabric_physical": True}
+
+
+def test_the_window_is_the_simulators_and_real_stacks_keep_their_worker_thread():
+    from gpufleet.rollout.wiring import options
+
+    spec = small_spec(nodes=100, canary=0.1, batch_size=25)
+    plan = build_plan(spec)
+    sim = options(spec, None, threaded=False, plan=plan)
+    assert sim.window == Window(batches=window_budget(plan).batches_in_flight, fabric_tests=8)
+    assert options(spec, None, threaded=True, plan=plan).window is None  # issue 21 item 4: not yet
+    assert options(small_spec(pipelining=False), None, threaded=False, plan=plan).window is None

@@ -61,10 +61,14 @@ def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
 
 def options(spec: ClusterSpec, until_batch: int | None, threaded: bool, plan: ClusterPlan | None = None) -> Options:
     """The run's options from the stack; with the plan, post-canary batches in flight together
-    within the plan's budget (gpufleet.plan.window) where the stack pipelines."""
+    within the plan's budget (gpufleet.plan.window) where the stack pipelines.
+
+    Not yet on threaded (real) stacks: the window's actions run one at a time, so on real ports it
+    would lose the overlap the worker thread gives today (provision k+1 while k is gated); real
+    stacks keep that until the window's stages run in threads (issue 21 item 4)."""
     r = spec.rollout
     window = None
-    if plan is not None and r.pipelining:
+    if plan is not None and r.pipelining and not threaded:
         budget = window_budget(plan)
         window = Window(batches=budget.batches_in_flight, fabric_tests=budget.fabric_tests,
                         fabric_physical=budget.fabric_is_physical)
