@@ -62,8 +62,9 @@ def _stamp(r: AdmissionRecord, inst: Instance, stack: str) -> AdmissionRecord:
 
 def gate_nodes(ports: Adapters, settings: GateSettings, instances: Sequence[Instance], partners: Sequence[str],
                work_dir: Path, stack: str, *, kind: str, message_bytes: int, configure: bool = True,
-               launch_timeout_s: float = 1800.0) -> Verdicts:
-    """Take `instances` through the rollout's stages; `partners` are admitted, idle, known-good slots."""
+               launch_timeout_s: float = 1800.0, remediate: bool = True) -> Verdicts:
+    """Take `instances` through the rollout's stages; `partners` are admitted, idle, known-good slots.
+    `remediate=False`: a RETEST verdict fails at once (the remediation ladder is the remediation)."""
     out = Verdicts()
     todo = list(instances)
     if configure and todo:
@@ -96,7 +97,7 @@ def gate_nodes(ports: Adapters, settings: GateSettings, instances: Sequence[Inst
             r = _stamp(r, by_slot[r.slot], stack)
             if r.action is Action.ADMIT:
                 passed[r.slot] = r
-            elif r.action is Action.RETEST and attempt == 1:
+            elif r.action is Action.RETEST and attempt == 1 and remediate:
                 outcome = ports.executor.remediate(by_slot[r.slot], remediation_for(r.reason_codes))  # type: ignore[arg-type]
                 out.seconds += outcome.duration_s
                 if outcome.status is not HostStatus.OK:

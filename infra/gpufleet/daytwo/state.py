@@ -33,6 +33,10 @@ Events (the journal adds seq, at, stack, version, and the ports' clock):
     {"type": "breaker", "to": "tripped", "scope": "partition train" | "fleet", "wanted": n, "limit": n,
      "slots": [...], "reason": ...}
     {"type": "breaker", "to": "reset", "who": ..., "why": ...}
+    {"type": "remediation", "slot": ..., "to": "started", "code": ..., "steps": [...], "who": ..., "why": ...}
+    {"type": "remediation", "slot": ..., "to": "step", "step": ..., "result": "cured" | "failed" | "for-service",
+     "detail": ..., "seconds": s}
+    {"type": "remediation", "slot": ..., "to": "finished" | "stopped", "state": <pool state after>, "reason": ...}
 
 Why the previous version per node in an upgrade's "group-started": it is written before any node
 of the group is drained, so a crash at any later point still knows what to roll back to (its BOM
@@ -155,6 +159,8 @@ class DayTwoState:
     upgrade: UpgradeState | None = None  # the latest upgrade (earlier ones summarised in its history)
     clock: str | None = None  # the ports' clock at the latest event (the simulator's virtual time resumes from it)
     breaker: BreakerState = field(default_factory=BreakerState)
+    remediating: dict[str, dict[str, Any]] = field(default_factory=dict)  # slot -> the ladder climbing now
+    remediations: list[dict[str, Any]] = field(default_factory=list)  # finished or stopped ladders, in order
 
 
 def _pool(state: DayTwoState, e: Mapping[str, Any]) -> None:
@@ -302,8 +308,36 @@ def _breaker(state: DayTwoState, e: Mapping[str, Any]) -> None:
     b.history.append({k: e.get(k) for k in ("seq", "at", "to", "scope", "reason", "who", "why")})
 
 
+def _remediation(state: DayTwoState, e: Mapping[str, Any]) -> None:
+    """A ladder: started (who, why, its steps) -> a step at a time, each from the ladder, in order -> finished or stopped."""
+    slot, to = e.get("slot"), e.get("to")
+    run = state.remediating.get(str(slot))
+    if to == "started":
+        if run is not None:
+            raise DayTwoTransitionError(f"{slot}: a remediation ladder is already climbing")
+        if not e.get("who") or not e.get("why") or not e.get("steps"):
+            raise DayTwoTransitionError(f"{slot}: a remediation must say who asked, why, and its steps")
+        state.remediating[str(slot)] = {"slot": slot, "code": e.get("code"), "steps": list(e["steps"]), "done": [],
+                                        "who": e["who"], "why": e["why"], "at": e.get("at")}
+        return
+    if run is None:
+        raise DayTwoTransitionError(f"{slot}: remediation {to!r} without a ladder started")
+    if to == "step":
+        left = run["steps"][len(run["done"]):]
+        if not left or e.get("step") != left[0]:
+            raise DayTwoTransitionError(f"{slot}: remediation step {e.get('step')!r} is not the ladder's next "
+                                        f"({left[0] if left else 'none left'})")
+        run["done"].append({"step": e["step"], "result": e.get("result"), "detail": e.get("detail")})
+    elif to in ("finished", "stopped"):
+        state.remediations.append({**state.remediating.pop(str(slot)), "end": to, "state": e.get("state"),
+                                   "reason": e.get("reason")})
+    else:
+        raise DayTwoTransitionError(f"{slot}: unknown remediation transition {to!r}")
+
+
 HANDLERS: dict[str, Callable[[DayTwoState, Mapping[str, Any]], None]] = {
-    "pool": _pool, "replace": _replace, "patrol": _patrol, "upgrade": _upgrade, "breaker": _breaker}
+    "pool": _pool, "replace": _replace, "patrol": _patrol, "upgrade": _upgrade, "breaker": _breaker,
+    "remediation": _remediation}
 
 
 def apply(state: DayTwoState, event: Mapping[str, Any]) -> DayTwoState:
