@@ -215,6 +215,8 @@ from gpufleet.cost.command import prices as _prices_command  # noqa: E402
 main.add_command(_prices_command)
 from gpufleet.daytwo.breaker_command import breaker as _breaker_command  # noqa: E402
 _ops_command.add_command(_breaker_command)
+from gpufleet.daytwo.remediation_command import remediation as _remediation_command  # noqa: E402
+_ops_command.add_command(_remediation_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
