@@ -179,3 +179,5 @@ def test_the_local_rollout_runs_batches_together_within_its_bound(local_run):
     assert t["lower_bound_s"] == max(t["bound_paths_s"], t["bound_fabric_s"]) and t["binds"] in ("a", "b")
     assert t["windowed_s"] < t["pipelined_s"]  # the one-batch-at-a-time figure of the same run
     assert "lower bound" in result.output and f"({t['binds']}) binds" in result.output
+    md = (project / "reports" / "local" / "rollout.md").read_text()
+    assert f"bound ({t['binds']}) binds" in md and "one batch at a time" in md and "Modelled windowed" in md

@@ -78,6 +78,12 @@ def rollout_cases(report: RolloutReport, records: Sequence[AdmissionRecord]) -> 
     return cases
 
 
+def _schedule_name(r: RolloutReport) -> str:
+    if r.timeline.get("windowed_s") is not None:
+        return "windowed (post-canary batches in flight together; late tracks after each batch's first pass)"
+    return "pipelined" if r.pipelining else "sequential"
+
+
 def time_to_pool(t: Mapping[str, Any], sched: str) -> str:
     """The modelled figure, the one-batch-at-a-time figures of the same durations, and the lower
     bound with what it assumes and which of its two terms binds."""
@@ -152,7 +158,7 @@ def rollout_document(report: RolloutReport, records: Sequence[AdmissionRecord]) 
     spans = timeline_spans(r)
     if spans:
         batches.append(Timeline(title="Rollout timeline per batch and stage", spans=spans,
-                                caption=f"Modelled {'pipelined' if r.pipelining else 'sequential'} schedule. "
+                                caption=f"Modelled {_schedule_name(r)} schedule. "
                                         + TIMELINE_NOTE))
     sections = [
         Section(title="Acceptance", blocks=acceptance_blocks(r)),
