@@ -2,7 +2,10 @@
 
 Like `pulumi new`, it writes a folder that the Pulumi CLI and every gpufleet command treat as a
 project: Pulumi.yaml, one stack file, `images/` (the BOM, its compatibility rules, the Packer
-template), `playbooks/`, a policy-pack folder and a `.gitignore`.
+template), `playbooks/`, a policy-pack folder and a `.gitignore`. Run again in a project (`gpufleet
+init . -s prod`), it adds only the files that are missing: the BOM and playbooks are the user's
+once written, so a file that differs is kept and its diff shown, and replaced only when named
+with `--force FILE`.
 
 The playbooks, images and example stacks are the package's own copy of this repository's
 files (package data under `infra/gpufleet/_template/`, symlinks into the repository, so they cannot
@@ -15,11 +18,13 @@ was installed in, when `init` runs from a virtualenv) or else `python3` on PATH.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -27,7 +32,7 @@ from pathlib import Path
 import click
 import yaml
 
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, UsageError
 from gpufleet.project import PROJECT_FILE, STATE_DIR_NAME, REPORTS_DIR_NAME
 
 TEMPLATE_FOLDERS = ("images", "playbooks", "stacks")
@@ -127,26 +132,67 @@ def project_files(name: str, stack: str, template: dict[str, bytes], venv: Path 
     return dict(sorted(files.items()))
 
 
-def write_project(target: Path, files: dict[str, bytes], *, force: bool = False) -> list[str]:
-    """Write `files` under `target`; return the existing files that were replaced (only with `force`).
+@dataclass(frozen=True)
+class InitResult:
+    """What `write_project` did: files written new, replaced (named with --force), kept as they
+    were (the user's, which differ from gpufleet's: `differs` holds each one's diff) and identical."""
 
-    Everything is written into a temporary sibling first. A new folder is that sibling renamed
-    into place, so an interrupted init leaves no half-made project. An existing empty folder
-    (often the shell's working directory: `gpufleet init .`) is kept and the entries are moved
-    into it. A non-empty folder is refused unless `force`.
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    differs: dict[str, str] = field(default_factory=dict)
+    unchanged: tuple[str, ...] = ()
+
+
+def changes(target: Path, files: dict[str, bytes], force: frozenset[str] = frozenset()) -> InitResult:
+    """Pure but for reading `target`: which files are missing, which differ and how (a unified
+    diff, existing file first), which `force` may replace. Nothing the user has is overwritten
+    unless its path is in `force`."""
+    added, replaced, unchanged = [], [], []
+    differs: dict[str, str] = {}
+    for rel, data in files.items():
+        path = target / rel
+        if not path.exists() and not path.is_symlink():
+            added.append(rel)
+            continue
+        have = path.read_bytes() if path.is_file() else b""
+        if have == data:
+            unchanged.append(rel)
+        elif rel in force:
+            replaced.append(rel)
+        else:
+            differs[rel] = _diff(rel, have, data)
+    return InitResult(tuple(added), tuple(replaced), differs, tuple(unchanged))
+
+
+def _diff(rel: str, have: bytes, want: bytes) -> str:
+    try:
+        old, new = have.decode().splitlines(keepends=True), want.decode().splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return f"Binary files {rel} (yours) and gpufleet's {rel} differ\n"
+    return "".join(difflib.unified_diff(old, new, fromfile=f"{rel} (yours)", tofile=f"{rel} (gpufleet init)"))
+
+
+def write_project(target: Path, files: dict[str, bytes], *, force: frozenset[str] = frozenset()) -> InitResult:
+    """Write the files `changes` finds missing (and those named in `force`) under `target`.
+
+    A new folder is written into a temporary sibling first and renamed into place, so an
+    interrupted init leaves no half-made project; an existing empty folder (often the shell's
+    working directory: `gpufleet init .`) is kept and the entries are moved into it. In a folder
+    that has files (an existing project: adding a stack), each file is written atomically and
+    only where it is missing or named in `force`.
     """
     target = target.resolve()
     if target.exists() and not target.is_dir():
         raise ConfigError("exists and is not a folder", path=str(target), expected="a new or empty folder")
-    existing = target.is_dir() and any(target.iterdir())
-    if existing and not force:
-        raise ConfigError("the folder is not empty", path=str(target),
-                          expected="a new or empty folder, or --force to write into it "
-                                   "(files with the same names are replaced, and listed)")
-    if existing:
-        replaced = [rel for rel in files if (target / rel).exists()]
-        _write_all(target, files)
-        return replaced
+    unknown = sorted(force - set(files))
+    if unknown:
+        raise UsageError(f"--force {unknown[0]}: not a file gpufleet init writes", field="--force",
+                         expected="a path relative to the project folder, one of: " + ", ".join(
+                             rel for rel in files if "/" not in rel or rel.startswith(STACK_CONFIG_DIR)))
+    if target.is_dir() and any(target.iterdir()):
+        result = changes(target, files, force)
+        _write_all(target, {rel: files[rel] for rel in (*result.added, *result.replaced)})
+        return result
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.init-", dir=target.parent))
     try:
@@ -159,7 +205,7 @@ def write_project(target: Path, files: dict[str, bytes], *, force: bool = False)
             staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return []
+    return InitResult(added=tuple(files))
 
 
 def _umask() -> int:
@@ -182,16 +228,38 @@ def _write_all(root: Path, files: dict[str, bytes]) -> None:
 @click.option("-s", "--stack", default=DEFAULT_STACK, show_default=True,
               help="The example stack to start from (stacks shipped with gpufleet: dev, prod, ...).")
 @click.option("--name", default=None, help="The Pulumi project name (default: the folder's name).")
-@click.option("--force", is_flag=True, help="Write into a non-empty folder, replacing files with the same names.")
-def init(directory: Path, stack: str, name: str | None, force: bool) -> None:
-    """Create a new gpufleet project in DIRECTORY (like `pulumi new`)."""
-    name = name or project_name(directory)
+@click.option("--force", "force", multiple=True, metavar="FILE",
+              help="Replace this existing file (relative to DIRECTORY) with gpufleet's; repeat per file. "
+                   "Without it an existing file is never overwritten: init shows how it differs.")
+def init(directory: Path, stack: str, name: str | None, force: tuple[str, ...]) -> None:
+    """Create a new gpufleet project in DIRECTORY (like `pulumi new`), or add what an existing one
+    lacks (a stack: `gpufleet init . -s prod`); files you have are kept, and their differences shown."""
+    name = name or _existing_name(directory) or project_name(directory)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"{name!r} is not a Pulumi project name", field="--name",
                           expected="letters, digits, '-', '_' and '.'")
     files = project_files(name, stack, read_template(), python_env())
-    replaced = write_project(directory, files, force=force)
-    for rel in replaced:
-        click.echo(f"replaced {directory / rel}", err=True)
-    click.echo(f"created gpufleet project {name!r} in {directory} ({len(files)} files, stack {stack})")
+    result = write_project(directory, files, force=frozenset(Path(f).as_posix() for f in force))
+    for rel in result.replaced:
+        click.echo(f"replaced {directory / rel} (--force)", err=True)
+    for rel, diff in result.differs.items():
+        click.echo(f"kept {directory / rel}: yours differs from gpufleet's (--force {rel} replaces it)", err=True)
+        click.echo(diff, err=True, nl=False)
+    if len(result.added) == len(files):
+        click.echo(f"created gpufleet project {name!r} in {directory} ({len(files)} files, stack {stack})")
+    else:
+        click.echo(f"added {len(result.added)} missing file(s) to {directory}, replaced {len(result.replaced)}, "
+                   f"kept {len(result.differs)} that differ, {len(result.unchanged)} already the same")
+        for rel in result.added:
+            click.echo(f"  added {rel}")
     click.echo(f"next: cd {directory} && gpufleet validate -s {stack} && pulumi stack init {stack}")
+
+
+def _existing_name(directory: Path) -> str | None:
+    """An existing project's own name: adding a stack must not make its Pulumi.yaml differ by name."""
+    try:
+        doc = yaml.safe_load((directory / PROJECT_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    value = doc.get("name") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else None

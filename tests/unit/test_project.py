@@ -301,17 +301,18 @@ def test_init_runtime_uses_the_virtualenv_gpufleet_runs_from():
     assert yaml.safe_load(project_files("p", "dev", template, None)["Pulumi.yaml"])["runtime"] == "python"
 
 
-def test_init_refuses_a_non_empty_folder_and_changes_nothing(tmp_path):
+def test_init_into_a_non_empty_folder_adds_the_project_and_keeps_the_users_files(tmp_path):
+    # issue 23 item 6: init never clobbers (it used to refuse here, and --force replaced everything)
     (tmp_path / "notes.txt").write_text("mine")
     result = run("init", str(tmp_path))
-    assert result.exit_code == 2 and "not empty" in result.output and "--force" in result.output
-    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "Pulumi.yaml").is_file()
 
 
-def test_init_force_writes_into_a_folder_and_lists_what_it_replaced(tmp_path):
+def test_init_force_names_the_file_it_replaces(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "Pulumi.yaml").write_text("name: old\nruntime: python\n")
-    result = run("init", str(tmp_path), "--force")
+    result = run("init", str(tmp_path), "--name", tmp_path.name, "--force", "Pulumi.yaml")
     assert result.exit_code == 0, result.output
     assert f"replaced {tmp_path / 'Pulumi.yaml'}" in result.output
     assert (tmp_path / "notes.txt").read_text() == "mine"
@@ -321,7 +322,7 @@ def test_init_force_writes_into_a_folder_and_lists_what_it_replaced(tmp_path):
 def test_init_into_an_empty_folder_leaves_no_staging_folder_behind(tmp_path):
     target = tmp_path / "empty"
     target.mkdir()
-    assert write_project(target, {"a/b.txt": b"x"}) == []
+    assert write_project(target, {"a/b.txt": b"x"}).added == ("a/b.txt",)
     assert (target / "a" / "b.txt").read_bytes() == b"x"
     assert [p.name for p in tmp_path.iterdir()] == ["empty"]
 
