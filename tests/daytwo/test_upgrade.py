@@ -148,18 +148,33 @@ def test_a_previous_bom_not_on_record_is_asked_for_before_any_drain(fleet):
     assert pool_doc(fleet) == pool_before
 
 
-def test_the_bom_edited_in_place_upgrades_and_rolls_back_on_the_rollouts_record(fleet):
-    """The user's flow: rollout, edit images/bom.yaml, `gpufleet upgrade` with no --previous-bom; a
-    seeded regression fails the canary, which goes back to the BOM the rollout kept."""
+def _edit_bom_in_place(fleet) -> tuple[Path, str]:
+    """images/bom.yaml edited as a user would (NCCL 2.27.7 with the aws-ofi-nccl that supports it)."""
     images = fleet / "images"  # the throwaway project links the repository's images/: edit a copy
     shared = images.resolve()
     images.unlink()
     shutil.copytree(shared, images)
     bom = images / "bom.yaml"
     old_text = bom.read_text()
-    before = digests(fleet)
     bom.write_text(old_text.replace('version: "2.27.5"', 'version: "2.27.7"').replace('    version: "1.16.0"',
                                                                                      '    version: "1.16.3"'))
+    return bom, old_text
+
+
+@pytest.mark.slow  # the CLI upgrades all 40 nodes, then audits them
+def test_rollout_edit_the_bom_upgrade_then_the_audit_is_clean(fleet):
+    _edit_bom_in_place(fleet)
+    out = upgrade(fleet)
+    assert out.exit_code == 0, out.output
+    audit = gpufleet(fleet, "audit", "-s", STACK)
+    assert audit.exit_code == 0, audit.output
+
+
+def test_the_bom_edited_in_place_upgrades_and_rolls_back_on_the_rollouts_record(fleet):
+    """The user's flow: rollout, edit images/bom.yaml, `gpufleet upgrade` with no --previous-bom; a
+    seeded regression fails the canary, which goes back to the BOM the rollout kept."""
+    before = digests(fleet)
+    _bom, old_text = _edit_bom_in_place(fleet)
     VersionFaults(state_dir(fleet) / "sim" / VERSION_FAULTS_FILE).set("nccl", "2.27.7", 0.93)
     out = upgrade(fleet)
     assert out.exit_code == 3, out.output
