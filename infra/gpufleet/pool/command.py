@@ -183,8 +183,8 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
     took = local.up(spec, plan, accounting=True)  # slurmdbd too: sacct, QOS limits, `gpufleet cost`
     from gpufleet.pool.slurm.mpi import choose_srun_mpi, pmix_library, pmix_loadable
 
-    mpi, findings = choose_srun_mpi(spec.pool.srun_mpi, pmix_loadable(), pmix_library())
-    for f in findings:
+    _, findings = choose_srun_mpi(spec.pool.srun_mpi, pmix_loadable(), pmix_library())
+    for f in findings:  # srun --mpi of the gates on this Slurm
         _warn(f"{f.code} ({f.field}): {f.message}")
     click.echo(f"local Slurm of {name}: slurmdbd, slurmctld and {len(plan.nodes)} slurmd up in {took:.1f} s, every "
                f"node drained until gated\n  export SLURM_CONF={local.conf_path}   # then sinfo, squeue, srun, sacct")
