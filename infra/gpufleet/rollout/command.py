@@ -80,6 +80,10 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
     with lock:
         if restart and store.exists():
             click.echo(f"gpufleet: archived the previous journal to {store.archive()}", err=True)
+        if restart and spec.simulated:
+            for moved in _archive_simulated_world(state_dir, spec.pool.type == "sim"):
+                click.echo(f"gpufleet: archived the simulated world to {moved}: its seeded faults come back",
+                           err=True)
         journal = Journal(store, stack)
         state = journal.load(repair=True)
         if state.unfinished and not resume:
@@ -96,6 +100,19 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
             _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage)
         finally:
             journal.close()
+
+
+def _archive_simulated_world(state_dir: Path, simulated_pool: bool) -> list[Path]:
+    """A restart of a simulated stack starts from a fresh simulated cloud (and simulated pool):
+    kept, its instances would still run with their faults already replaced, so the seeded faults
+    a demo shows would be gone. Moved aside, not deleted, like the journal."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []
+    for name, archived in (("sim", f"sim.{stamp}"), *([("pool.json", f"pool.{stamp}.json")] if simulated_pool else [])):
+        if (state_dir / name).exists():
+            os.replace(state_dir / name, state_dir / archived)
+            moved.append(state_dir / archived)
+    return moved
 
 
 def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
