@@ -107,3 +107,27 @@ def test_a_truncated_journal_follows_the_provider_instead_of_failing_healthy_slo
     assert rec and rec[0]["nodes"][slot]["action"] == "adopt"
     assert rec[0]["nodes"][slot]["provider_instance"] == cloud.instances[slot].instance_id
     assert f"gpufleet: reconcile node={slot} action=adopt" in shown.getvalue()
+
+
+def test_on_resume_a_real_stacks_pending_creates_are_settled_first_and_shown(tmp_path):
+    class Interrupted(FakeCloud):
+        settled: list[str] = []
+
+        def settle_pending_creates(self):
+            self.settled.append("called")
+            return {"tst-b0003-n00003": ["i-orphan"]} if len(self.settled) == 1 else {}
+
+    cloud = Interrupted()
+    orchestrator(tmp_path, cloud, until_batch=1).run()
+    assert cloud.settled == []  # a fresh rollout: nothing can be pending
+    shown = io.StringIO()
+    o = orchestrator(tmp_path, cloud)
+    o.journal.listeners.append(PlainDisplay(o.plan, lambda: 0.0, shown))
+    events_before = o.state.events
+    out = o.run()
+    assert out.finished and cloud.settled == ["called"]
+    first_new = [json.loads(x) for x in _journal(tmp_path).read_text().splitlines()][events_before]
+    assert first_new["type"] == "reconciled"
+    assert first_new["nodes"] == {"tst-b0003-n00003": {"action": "cleared-pending-create", "terminated": ["i-orphan"]}}
+    assert "gpufleet: reconcile node=tst-b0003-n00003 action=cleared-pending-create terminated=i-orphan" in \
+        shown.getvalue()

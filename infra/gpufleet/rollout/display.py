@@ -145,6 +145,10 @@ def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
                 out.append(f"gpufleet: capacity-retry node={slot} batch={k} reason={_quote(d['shortfall'])}")
     elif kind == "reconciled":
         for slot, d in nodes.items():
+            if d.get("action") == "cleared-pending-create":
+                out.append(f"gpufleet: reconcile node={slot} action=cleared-pending-create "
+                           f"terminated={','.join(d.get('terminated') or ()) or 'none'}")
+                continue
             out.append(f"gpufleet: reconcile node={slot} action={d.get('action')} journal={d.get('journal_instance')} "
                        f"provider={d.get('provider_instance')} pool={d.get('pool')}")
     elif to == "halted" and kind in ("batch", "rollout"):

@@ -144,6 +144,7 @@ class Orchestrator:
                                  "spare_nodes": self.spares, "instance_type": self.plan.instance_type})
         else:
             self._check_identity()
+            self._settle_pending_creates()
         if self.state.started and self.state.layout not in (None, self.layout()):
             raise ConfigError("the stack's layout (slots, batches, blocks) changed since this rollout started",
                               field="gpufleet:cluster / gpufleet:rollout",
@@ -178,6 +179,17 @@ class Orchestrator:
                 return self.outcome()  # a canary-only plan has no batch 2 to run the smoke job before
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
+
+    def _settle_pending_creates(self) -> None:
+        """A real stack's creates an interrupted `up` left pending, settled before anything is bought
+        again (gpufleet.rollout.pending_creates); what was found is journaled and shown."""
+        settle = getattr(self.ports.provisioner, "settle_pending_creates", None)
+        if settle is None:
+            return
+        found = settle()
+        if found:
+            self.journal.append({"type": "reconciled", "nodes": {
+                slot: {"action": "cleared-pending-create", "terminated": ids} for slot, ids in found.items()}})
 
     def _reconcile(self) -> None:
         """The journal against the provider's inventory and the pool; differences journaled (and

@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ from gpufleet import tagging as t
 from gpufleet.cloud.pulumi_stack import output_values, select_stack
 from gpufleet.errors import ConfigError, ProvisioningError
 from gpufleet.plan.model import NodeSlot
+from gpufleet.rollout import pending_creates as pc
 from gpufleet.project import Project
 from gpufleet.ports import Instance, ProvisionResult, ReplaceAction
 from gpufleet.spec import AMI_PATTERN, ClusterSpec
@@ -221,6 +224,7 @@ class Ec2(Protocol):
     def report_instance_status(self, **kw: Any) -> Any: ...
     def stop_instances(self, **kw: Any) -> Any: ...
     def terminate_instances(self, **kw: Any) -> Any: ...
+    def describe_instances(self, **kw: Any) -> Any: ...
     def create_tags(self, **kw: Any) -> Any: ...
 
 
@@ -285,6 +289,37 @@ class PulumiProvisioner:
                 raise ProvisioningError(f"slot {slot.name} has no new instance: {why}",
                                         retryable=classify(why) is not None, slots=(slot.name,))
             return new
+
+    def settle_pending_creates(self) -> dict[str, list[str]]:
+        """Before the first `up` of a resumed rollout: the state's pending instance creates (an `up`
+        killed mid-flight), each slot's instances found in EC2 by its slot tag, those the state never
+        recorded terminated, and the state imported back without the pending operations, so the next
+        `up` creates the slot's one instance. Returns slot -> the instances terminated."""
+        with self._lock:
+            state = self._export()
+            pending = pc.pending_instance_creates(state)
+            if not pending:
+                return {}
+            ec2 = self._ec2()
+            live: dict[str, list[str]] = {}
+            for p in pending:
+                found = ec2.describe_instances(Filters=[
+                    {"Name": f"tag:{t.SLOT}", "Values": [p.slot]},
+                    {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+                live[p.slot] = [i["InstanceId"] for r in found.get("Reservations", ()) for i in r.get("Instances", ())]
+            recorded = [i.instance_id for i in nodes_from_state(state).values()]
+            orphans = pc.orphans(pending, live, recorded)
+            for slot, ids in orphans.items():
+                log.warning("slot %s: instance(s) %s created by an interrupted update and never recorded: "
+                            "terminating", slot, ", ".join(ids))
+                ec2.terminate_instances(InstanceIds=ids)
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(pc.without_pending(state, [p.urn for p in pending]), f)
+            try:
+                self.stack._run_pulumi_cmd_sync(["stack", "import", "--file", f.name])
+            finally:
+                os.unlink(f.name)
+            return {p.slot: orphans.get(p.slot, []) for p in pending}
 
     def provision_base(self) -> Mapping[str, Instance]:
         """`gpufleet.ports.BaseProvisioner`: the base (network, file system, controller, storage

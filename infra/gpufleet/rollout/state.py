@@ -510,9 +510,9 @@ def _reconciled(state: RolloutState, e: Mapping[str, Any]) -> None:
     """The journal checked against the provider on resume (gpufleet.rollout.reconcile): an adopted
     slot restarts its gates on the provider's instance, a spare counted; the rest is on record only."""
     for slot, d in e["nodes"].items():
-        n = state.node(slot)
         if d.get("action") != "adopt":
             continue
+        n = state.node(slot)
         if not d.get("provider_instance"):
             raise IllegalTransition(f"{slot}: adopted without the provider's instance")
         n.replacements += 1
