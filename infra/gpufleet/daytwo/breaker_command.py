@@ -78,7 +78,8 @@ def breaker_summary(stack: str) -> dict[str, object]:
     project = current_project()
     spec = load_stack_path(project.stack_file(stack))
     state_dir = project.state_dir(stack)
-    store, _lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack, "pool"))
+    store, _lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack, "pool"),
+                                region=spec.cluster.region)
     journal = DayTwoJournal(daytwo_store(store, state_dir, stack), stack)
     try:
         state = journal.load(repair=False)

@@ -123,7 +123,7 @@ def open_day_two(stack: str, command: str, *, force_unlock: bool = False,
     plan = plan_stack(spec)
     state_dir = project.state_dir(stack)
     store, lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack, command),
-                               force=force_unlock, warn=warn)
+                               force=force_unlock, warn=warn, region=spec.cluster.region)
     with lock:
         rollout = Journal(store, stack).load(repair=False)
         if wiring is None:

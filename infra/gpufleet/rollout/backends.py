@@ -151,20 +151,68 @@ class DynamoLock:
 
 
 def open_backend(backend: Any, state_dir: Path, stack: str, info: LockInfo, force: bool = False,
-                 warn: Warn = lambda _m: None, client_factory: Callable[[str, str | None], Any] | None = None
-                 ) -> tuple[JournalStore, Any]:
-    """(journal store, lock) for the stack's `rollout.stateBackend` (gpufleet.spec LocalBackend / S3Backend)."""
+                 warn: Warn = lambda _m: None, client_factory: Callable[[str, str | None], Any] | None = None,
+                 region: str | None = None) -> tuple[JournalStore, Any]:
+    """(journal store, lock) for the stack's `rollout.stateBackend` (gpufleet.spec LocalBackend / S3Backend).
+
+    The S3 backend's own `region`, else `region` (the stack's `cluster.region`): never the
+    environment's alone, which a laptop or a runner may not set (botocore's NoRegionError)."""
     if backend.type == "local":
         return (LocalJournalStore(state_dir / "journal.jsonl", warn=warn),
                 FileLock(state_dir / "lock", info, force=force, warn=warn))
     make = client_factory or _boto_client
-    store = S3JournalStore(make("s3", backend.region), backend.bucket, backend.prefix, stack)
-    lock = DynamoLock(make("dynamodb", backend.region), backend.lock_table,
+    region = backend.region or region
+    store = S3JournalStore(make("s3", region), backend.bucket, backend.prefix, stack)
+    lock = DynamoLock(make("dynamodb", region), backend.lock_table,
                       f"{backend.prefix.strip('/')}/{stack}", info, force=force, warn=warn)
     return store, lock
 
 
 def _boto_client(service: str, region: str | None) -> Any:
     import boto3
+    from botocore.config import Config
 
-    return boto3.client(service, region_name=region)
+    # an unreachable endpoint fails in about half a minute (three tries), not after minutes
+    config = Config(connect_timeout=10, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
+    return _Reported(boto3.client(service, region_name=region, config=config), service)
+
+
+class _Reported:
+    """A boto3 client whose transport failures (an unreachable endpoint, no credentials, no region)
+    are ExternalCommandFailed naming the call and endpoint, not a botocore traceback. Service
+    answers (ClientError) pass through: the store and the lock decide on their codes."""
+
+    def __init__(self, client: Any, service: str) -> None:
+        self._client, self._service = client, service
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name == "get_paginator":
+            return lambda op: _ReportedPaginator(attr(op), self._failed)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+        return lambda *a, **kw: self._call(name, attr, *a, **kw)
+
+    def _call(self, name: str, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            return fn(*a, **kw)
+        except BotoCoreError as exc:
+            raise self._failed(name, exc) from None
+
+    def _failed(self, name: str, exc: Exception) -> ExternalCommandFailed:
+        return ExternalCommandFailed(f"{self._service} {name} ({self._client.meta.endpoint_url})", str(exc))
+
+
+class _ReportedPaginator:
+    def __init__(self, paginator: Any, failed: Callable[[str, Exception], ExternalCommandFailed]) -> None:
+        self._paginator, self._failed = paginator, failed
+
+    def paginate(self, **kw: Any) -> Any:
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            yield from self._paginator.paginate(**kw)
+        except BotoCoreError as exc:
+            raise self._failed("paginate", exc) from None

@@ -66,13 +66,16 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
     errors = [f for f in plan.findings if f.level.value == "ERROR"]
     if has_errors(errors):
         raise UsageError("; ".join(f.render() for f in errors), path=str(project.stack_file(stack)))
+    if until_batch is not None and until_batch > len(plan.batches):
+        raise UsageError(f"--until-batch {until_batch}: the plan of {stack} has {len(plan.batches)} batch(es)",
+                         field="--until-batch", expected=f"a batch number from 1 to {len(plan.batches)}")
     state_dir = project.state_dir(stack)
 
     def warn(message: str) -> None:
         click.echo(f"gpufleet: warning: {message}", err=True)
 
     store, lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack),
-                               force=force_unlock, warn=warn)
+                               force=force_unlock, warn=warn, region=spec.cluster.region)
     if dry_run:
         journal = Journal(store, stack)
         _dry_run(plan, journal.load(repair=False), store.location)
