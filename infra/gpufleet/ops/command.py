@@ -14,7 +14,7 @@ from typing import Any
 import click
 import yaml
 
-from gpufleet.errors import UsageError
+from gpufleet.errors import ExternalCommandFailed, UsageError
 
 stack_opt = click.option("-s", "--stack", required=True, help="Stack name: Pulumi.<stack>.yaml")
 
@@ -144,8 +144,9 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
     from gpufleet.pool.factory import pool_for
 
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--listen {listen!r} is not host:port", field="--listen", expected="e.g. 127.0.0.1:9797")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise UsageError(f"--listen {listen!r} is not host:port", field="--listen",
+                         expected="a host and a TCP port from 1 to 65535, e.g. 127.0.0.1:9797")
     project, spec = _context(stack)
     state_dir = project.state_dir(stack)
     settings = server.Settings(token=_token(token_file, state_dir, no_auth), rate=rate, burst=burst,
@@ -170,8 +171,11 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
                      details={"group": item.note.groupKey, "alerts": len(item.note.alerts), "caller": item.caller})
 
     pager = server.Pager(send_pages)
-    httpd = server.serve(host, int(port), apply=lambda note: actions.handle(note, stack, project, pager=pager).summary(),
-                         pool_state=the_pool.state, settings=settings, audit=audited, on_failed=failed)
+    try:
+        httpd = server.serve(host, int(port), apply=lambda note: actions.handle(note, stack, project, pager=pager).summary(),
+                             pool_state=the_pool.state, settings=settings, audit=audited, on_failed=failed)
+    except OSError as exc:  # the port is taken, the address is not this host's, a privileged port
+        raise ExternalCommandFailed(f"listening on {listen}", exc.strerror or str(exc)) from None
     auth = "no authentication (--no-auth)" if settings.token is None else "bearer token required"
     click.echo(f"gpufleet ops serve: stack {stack} on http://{host}:{httpd.server_address[1]}/ "
                f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition; {auth})", err=True)
