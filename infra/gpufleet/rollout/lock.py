@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from gpufleet.errors import LockHeld
+from gpufleet.errors import GpufleetError, LockHeld
 
 
 BRIEF_HOLDERS = ("ops serve",)  # commands that hold the lock for milliseconds: waited for, not refused
@@ -95,7 +95,12 @@ class FileLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         brief_until = time.monotonic() + BRIEF_WAIT_S
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # a folder (or an unwritable file) where the lock file goes
+                raise GpufleetError(f"{self.path}: cannot open the stack's lock file: {exc.strerror or exc}; "
+                                    "move whatever is there aside (a lock is an ordinary file gpufleet creates)"
+                                    ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
