@@ -10,6 +10,8 @@ toward the slot's blacklist. The failure count survives (`register_pending` keep
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from gpufleet.daytwo.context import DayTwo
 from gpufleet.daytwo.gating import gate_nodes, launch_kind
 from gpufleet.daytwo.lifecycle import partners
@@ -57,3 +59,26 @@ def readmit(d: DayTwo, slot: str, why: str) -> tuple[PoolNode, AdmissionRecord |
     d.journal.append({"type": "pool", "slot": slot, "action": "readmit", "who": d.who, "why": why,
                       "state": node.state.value, "reason_code": code})
     return node, None, f"{node.state.value}: {code}: {reason}"
+
+
+def clear_then_readmit(stack: str, slot: str, why: str, *, warn: Callable[[str], None] = lambda _m: None,
+                       project: Any = None) -> tuple[PoolNode, AdmissionRecord | None, str, bool]:
+    """`gpufleet pool clear`: forget SLOT's failures, then take it through the re-admission gate;
+    a clear never puts a node back to work by itself. A slot with no instance stays pending (there is
+    nothing to gate; `gpufleet pool replace` provisions one). Returns the node, its record (None when
+    it did not pass or was not gated), a one-line outcome and whether the gate ran."""
+    from gpufleet.daytwo import lifecycle
+    from gpufleet.daytwo.context import open_day_two
+    from gpufleet.ops import audit
+
+    with open_day_two(stack, "pool clear", pool_only=True, warn=warn, project=project) as d:
+        node = lifecycle.clear(d, slot, why)
+        audit.day_two(d, "pool clear", why, slot, state=node.state.value)
+        kind = d.pool.kind
+    if node.state is not NodeState.PENDING or (node.instance_id is None and kind == "sim"):
+        return node, None, f"{node.state.value}, failures {node.failures}", False
+    with open_day_two(stack, "pool clear", warn=warn, project=project) as d:
+        if d.instance(slot) is None:
+            return node, None, f"{node.state.value}, failures {node.failures} (no instance to gate)", False
+        node, record, text = readmit(d, slot, f"pool clear: {why}")
+    return node, record, f"cleared, then the re-admission gate: {text}", True

@@ -195,8 +195,8 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document.")
 @click.pass_context
 def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
-    """How to submit whole units on a Slurm pool: the sbatch options of the three seed modes (one
-    job over all units, independent unit jobs, prefill/decode pools), the shapes Slurm accepts."""
+    """How to submit whole units in the three seed modes (one job over all units, independent unit
+    jobs, prefill/decode pools): on Slurm the sbatch options Slurm accepts, on Kubernetes the Jobs."""
     from gpufleet.plan import build_plan
     from gpufleet.pool.slurm.conf import topology_kind
     from gpufleet.pool.slurm.files import target_slurm_version
@@ -204,9 +204,13 @@ def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
 
     name = _stack_of(ctx, stack)
     project, spec = _context(name)
+    if spec.pool.type == "kubernetes":  # the Jobs to apply, one per seed mode and queue
+        from gpufleet.pool.kubernetes.unit_jobs import render as render_jobs
+        click.echo(render_jobs(spec, build_plan(spec)), nl=False)
+        return
     if spec.pool.type != "slurm":
         raise UsageError(f"stack {name!r} has a {spec.pool.type} pool, not Slurm", field="-s/--stack",
-                         expected="a stack with pool.type slurm (a Kubernetes pool submits through its LocalQueues)")
+                         expected="a stack with pool.type slurm or kubernetes")
     if spec.simulated:  # the local Slurm is the one installed here
         from gpufleet.pool.slurm.local import slurm_version
         version = slurm_version()
