@@ -278,15 +278,14 @@ def down(ctx: click.Context, stack: str | None) -> None:
 @click.option("--reason", required=True, help="Why (journaled with who asked).")
 @click.pass_context
 def clear(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
-    """Forget SLOT's failures; a quarantined or blacklisted slot goes back to pending gates."""
-    from gpufleet.daytwo import lifecycle
-    from gpufleet.daytwo.context import open_day_two
-    from gpufleet.ops import audit
+    """Forget SLOT's failures, then take it through the re-admission gate (exit 3 when it fails there)."""
+    from gpufleet.errors import GateFailed
+    from gpufleet.ops.readmit import clear_then_readmit
 
-    with open_day_two(_stack_of(ctx, stack), "pool clear", pool_only=True, warn=_warn) as d:
-        node = lifecycle.clear(d, slot, reason)
-        audit.day_two(d, "pool clear", reason, slot, state=node.state.value)
-    click.echo(f"{slot}: {node.state.value}, failures {node.failures}")
+    node, record, text, gated = clear_then_readmit(_stack_of(ctx, stack), slot, reason, warn=_warn)
+    click.echo(f"{slot}: {text}")
+    if gated and record is None:
+        raise GateFailed(f"{slot}: failed the re-admission gate ({node.state.value})")
 
 
 @pool.command()
