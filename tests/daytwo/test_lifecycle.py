@@ -23,11 +23,21 @@ def test_blacklist_and_clear_are_journaled_with_who_and_why(fleet):
     assert out.exit_code == 0, out.output
     assert pool_doc(fleet)["nodes"][slot]["state"] == "blacklisted"
     out = gpufleet(fleet, "pool", "clear", "-s", STACK, slot, "--reason", "PDU replaced", actor="carol@noc")
-    assert out.exit_code == 0 and "pending, failures 0" in out.output
+    assert out.exit_code == 0 and "re-admission gate: admitted again" in out.output, out.output
     events = [e for e in daytwo_events(fleet) if e["type"] == "pool"]
     assert [(e["slot"], e["action"], e["who"], e["why"], e["state"]) for e in events] == [
         (slot, "blacklist", "bob@noc", "PDU alarm in rack 3", "blacklisted"),
-        (slot, "clear", "carol@noc", "PDU replaced", "pending")]
+        (slot, "clear", "carol@noc", "PDU replaced", "pending"),  # a clear alone puts nothing back to work
+        (slot, "readmit", "carol@noc", "pool clear: PDU replaced", "admitted")]  # the gate does
+
+
+def test_a_cleared_slot_whose_node_still_fails_its_gate_is_not_put_back_to_work(fleet):
+    slot = admitted(fleet)[1]
+    assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-48").exit_code == 0
+    assert gpufleet(fleet, "pool", "blacklist", "-s", STACK, slot, "--reason", "xid 48").exit_code == 0
+    out = gpufleet(fleet, "pool", "clear", "-s", STACK, slot, "--reason", "looks fine to me")
+    assert out.exit_code == 3 and "xid-48" in out.output, out.output
+    assert pool_doc(fleet)["nodes"][slot]["state"] == "quarantined"
 
 
 def test_a_reason_is_required(fleet):
