@@ -455,3 +455,41 @@ def test_the_fabric_scan_reads_what_the_full_q_parser_reads(name):
         assert nvidia_smi.q_fabric(t) == full
         doc = [p for p in nvidia_smi.parse_q(t).problems if p.startswith(("no GPU", "Attached"))]
         assert list(nvidia_smi.q_problems(t)) == doc
+
+
+# --- acceptance tools: an unreadable output is a retest, a real failure keeps its verdict -----
+
+IPERF_REFUSED = "iperf3_J_connection_refused__iperf3.12__captured.json"
+IPERF_OK = "iperf3_J_tcp_loopback__iperf3.12__captured.json"
+FIO_RAND = "fio_randread_4k_json__fio3.33__captured.json"
+
+
+def _net_check(kind: str, text: str):
+    f = A.pair_files("a", "b")
+    b = _bundle({f[kind]: text})
+    fn = {"iperf3": A._tcp, "ping": A._ping}[kind]
+    return fn(b, f"net.{kind}[a--b]", f[kind], P5, AcceptanceConfig()) if kind == "iperf3" else \
+        fn(b, f"net.{kind}[a--b]", f[kind], AcceptanceConfig())
+
+
+@pytest.mark.parametrize("text", [read_real(IPERF_OK)[:300], "[1, 2]", '{"end": []}', "\x00\x01garbage"])
+def test_an_unreadable_iperf3_document_is_a_retest(text):
+    r = _net_check("iperf3", text)
+    assert (r.verdict, r.reason_code) == (Verdict.REMEDIATE, "iperf3-unreadable")
+
+
+def test_iperf3s_own_error_is_still_a_link_failure():
+    r = _net_check("iperf3", read_real(IPERF_REFUSED))
+    assert (r.verdict, r.reason_code) == (Verdict.QUARANTINE, "mgmt-link-down")
+
+
+def test_garbled_ping_output_is_a_retest_but_pings_own_error_is_not():
+    assert _net_check("ping", "PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.\n64 bytes fr").reason_code == \
+        "ping-unreadable"
+    assert _net_check("ping", "ping: connect: Network is unreachable\n").reason_code == "mgmt-link-down"
+
+
+@pytest.mark.parametrize("text", [read_real(FIO_RAND)[:500], '{"jobs": [{"jobname": "x", "error": "EIO"}]}', "[]"])
+def test_an_unreadable_fio_document_is_a_retest(text):
+    r = A._fio(_bundle({A.FIO_RAND_READ: text}), "storage.random-read", A.FIO_RAND_READ, "x")
+    assert (r.verdict, r.reason_code) == (Verdict.REMEDIATE, "fio-unreadable")

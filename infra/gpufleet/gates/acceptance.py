@@ -91,9 +91,13 @@ def _fio(bundle: Bundle, check_id: str, name: str, expected: object) -> fio.FioR
     if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
         return absent
     run = fio.parse_json(f.text)
-    if run.problems or run.failed_jobs:
-        why = "; ".join(run.problems) or ", ".join(f"{j.name}: error {j.error}" for j in run.failed_jobs)
+    if run.failed_jobs:  # fio's own error count: the file system refused the I/O
+        why = ", ".join(f"{j.name}: error {j.error}" for j in run.failed_jobs)
         return _r(check_id, f"fio failed: {why}", expected, Q, "fio-failed", f"{name}: {why}")
+    if run.problems:  # not fio's document: says nothing about the file system
+        why = "; ".join(run.problems)
+        return _r(check_id, f"unreadable: {why}"[:300], expected, R, "fio-unreadable",
+                  f"{name}: unreadable / tool failed: retest ({why})")
     return run
 
 
@@ -244,6 +248,9 @@ def _tcp(bundle: Bundle, check_id: str, name: str, instance: InstanceType, cfg: 
     if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
         return absent
     res = iperf3.parse_json(f.text)
+    if res.unreadable:
+        return _r(check_id, f"unreadable: {res.error}"[:300], expected, R, "iperf3-unreadable",
+                  f"{name}: unreadable / tool failed: retest ({res.error})")
     if res.error or res.received_bps is None:
         return _r(check_id, f"iperf3 failed: {res.error}", expected, Q, "mgmt-link-down", f"{name}: {res.error}")
     gbps = res.received_bps / 1e9
@@ -264,6 +271,10 @@ def _ping(bundle: Bundle, check_id: str, name: str, cfg: AcceptanceConfig) -> Ch
     if (absent := _absent(check_id, str(expected), f.text, f.exit_code, name)) is not None:
         return absent
     res = ping.parse_summary(f.text)
+    if res.problems and not re.search(r"^ping: ", f.text, re.M):  # no statistics and no ping error line
+        why = "; ".join(res.problems)
+        return _r(check_id, f"unreadable: {why}"[:300], expected, R, "ping-unreadable",
+                  f"{name}: unreadable / tool failed: retest ({why})")
     if res.problems or res.loss_percent is None:
         return _r(check_id, "; ".join(res.problems), expected, Q, "mgmt-link-down", f"{name}: no ping statistics")
     measured = (f"avg {res.rtt_avg_ms:g} ms, loss {res.loss_percent:g}%" if res.rtt_avg_ms is not None

@@ -81,8 +81,15 @@ def parse_json(text: str) -> FioRun:
         return FioRun(problems=(f"no JSON object in fio output: {text.strip()[:120]!r}",))
     try:
         doc = json.loads(text[start:])
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         return FioRun(problems=(f"invalid fio JSON: {exc}",))
+    try:
+        return _read(doc)
+    except (AttributeError, TypeError, ValueError) as exc:  # a value of a shape fio never writes
+        return FioRun(problems=(f"unreadable fio JSON: {type(exc).__name__}: {exc}"[:300],))
+
+
+def _read(doc: dict) -> FioRun:
     jobs: list[FioJob] = []
     problems: list[str] = []
     for raw in doc.get("jobs") or []:

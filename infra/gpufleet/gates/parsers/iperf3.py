@@ -19,18 +19,28 @@ class Iperf3Result(ParseModel):
     seconds: float | None = None
     streams: int = 0
     error: str | None = None
+    unreadable: bool = False  # the output is not iperf3's document: it says nothing about the link
 
 
 def parse_json(text: str) -> Iperf3Result:
     start = text.find("{")
     if start < 0:
-        return Iperf3Result(error=f"no JSON object in iperf3 output: {text.strip()[:120]!r}")
+        return Iperf3Result(error=f"no JSON object in iperf3 output: {text.strip()[:120]!r}", unreadable=True)
     try:
         doc = json.loads(text[start:])
-    except json.JSONDecodeError as exc:
-        return Iperf3Result(error=f"invalid iperf3 JSON: {exc}")
-    end = doc.get("end") or {}
-    received, sent = end.get("sum_received") or {}, end.get("sum_sent") or {}
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return Iperf3Result(error=f"invalid iperf3 JSON: {exc}", unreadable=True)
+    try:
+        return _read(doc)
+    except (AttributeError, TypeError, ValueError) as exc:  # a value of a shape iperf3 never writes
+        return Iperf3Result(error=f"unreadable iperf3 JSON: {type(exc).__name__}: {exc}"[:300], unreadable=True)
+
+
+def _read(doc: dict) -> Iperf3Result:
+    end = doc.get("end", {})
+    received, sent = end.get("sum_received", {}), end.get("sum_sent", {})
+    if not isinstance(received, dict) or not isinstance(sent, dict):
+        raise TypeError("end.sum_received / end.sum_sent is not an object")
     error = doc.get("error")
     if not received and error is None:
         error = "no end.sum_received in iperf3 output (the test did not finish)"
