@@ -6,16 +6,23 @@ runs them as real jobs on the local slurmctld, whose job_submit.lua accepts only
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import yaml
 
 from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.plan import build_plan
+from gpufleet.pool.kubernetes.queues import queue_layout
+from gpufleet.pool.kubernetes.unit_jobs import documented_jobs
 from gpufleet.pool.slurm.job_submit import job_submit_lua, unit_shape
-from gpufleet.spec import load_stack
+from gpufleet.spec import load_stack, load_stack_path
 
 ROOT = Path(__file__).resolve().parents[2]
+# an ECR reference pinned by digest, the form gpufleet:acceptance.workloadImage takes
+IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/train@sha256:" + "a" * 64
 
 
 def _units(stack: str, *extra: str):
@@ -48,12 +55,48 @@ def test_the_three_modes_on_local_slurm_are_whole_units_inside_blocks():
             assert gpus % t.unit_gpus == 0 and shape is not None and shape.nodes == nodes, (way["mode"], args)
 
 
-def test_the_text_says_slurm_refuses_other_shapes_and_a_kubernetes_stack_is_a_usage_error():
+def test_the_text_says_slurm_refuses_other_shapes():
     done = _units("local-slurm")
     assert done.exit_code == 0 and "Slurm refuses any other shape" in done.output
     assert "sbatch --array=0-15 --partition=sim --nodes=2 --gpus=10 --switches=1 job.sh" in done.output
+
+
+def test_a_kubernetes_stack_without_a_workload_image_is_refused_naming_that_field():
+    # Issue 20 asks for the documented submissions on Kubernetes too: the usage error ("not Slurm")
+    # is gone; what remains is the image the jobs run, which prod as shipped does not name.
     refused = _units("prod")
-    assert refused.exit_code == 2 and "has a kubernetes pool, not Slurm" in refused.output
+    assert refused.exit_code == 2, refused.output
+    assert "gpufleet:acceptance.workloadImage" in refused.output and "not Slurm" not in refused.output
+
+
+def test_a_kubernetes_stack_prints_the_unit_jobs_kueue_admits(tmp_path: Path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
+    shutil.copytree(ROOT / "stacks", root / "stacks")
+    shutil.copytree(ROOT / "images", root / "images")
+    stack_file = root / "stacks" / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(stack_file.read_text())
+    doc["config"]["gpufleet:acceptance"] = {"workloadImage": IMAGE}
+    stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = CliRunner().invoke(main, ["--project", str(root), "pool", "units", "-s", "prod"])
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("# prod: unit jobs for its Kueue queues")
+    jobs = list(yaml.safe_load_all(done.output))
+    spec = load_stack_path(stack_file)
+    plan = build_plan(spec)
+    layout = queue_layout(spec, plan, spec.cluster.instance)
+    assert jobs == documented_jobs(layout, {p.name: p.mode for p in plan.partitions}, plan.topology, IMAGE,
+                                   ["hostname"], spec.storage.mount_path)
+    # one job per seed mode at least, each in a queue namespace naming its LocalQueue and priority class
+    assert jobs and all(j["kind"] == "Job" for j in jobs)
+    queues = {x.namespace: x for x in layout}
+    for job in jobs:
+        labels = job["metadata"]["labels"]
+        ns = job["metadata"]["namespace"]
+        assert ns in queues and labels["kueue.x-k8s.io/queue-name"] == ns
+        assert labels["kueue.x-k8s.io/priority-class"].startswith("gpufleet-")
+        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
 
 
 def test_the_plugin_is_generated_from_the_plan():

@@ -1,5 +1,5 @@
 """`gpufleet pool -s STACK [--json]`: the pool by state, partition and block, with free whole units;
-`pool up|down` for a simulated stack's local Slurm; `pool units` (how to submit whole units on Slurm); `pool clear|blacklist|replace SLOT --reason WHY`
+`pool up|down` for a simulated stack's local Slurm; `pool units` (how to submit whole units: sbatch options or Kueue Jobs); `pool clear|blacklist|replace SLOT --reason WHY`
 (journaled day-two changes, `gpufleet.daytwo.lifecycle`).
 
 The view (`summarize`) is pure: a PoolState and the plan in, a JSON-ready document out.
