@@ -493,3 +493,23 @@ def test_garbled_ping_output_is_a_retest_but_pings_own_error_is_not():
 def test_an_unreadable_fio_document_is_a_retest(text):
     r = A._fio(_bundle({A.FIO_RAND_READ: text}), "storage.random-read", A.FIO_RAND_READ, "x")
     assert (r.verdict, r.reason_code) == (Verdict.REMEDIATE, "fio-unreadable")
+
+
+def test_the_gate_command_reads_a_v3_json_with_unchecked_and_garbage_without_crashing(tmp_path):
+    """Before: `"okay": "unchecked"` / a "%6i" root made `gpufleet gate` end with exit 1 (a crash)."""
+    import json
+    from click.testing import CliRunner
+    from gpufleet.cli import main
+    from gpufleet.gates import synth
+    from .conftest import OWN
+    d = tmp_path / "bundles"
+    for slot, text in (("v3", (OWN / J).read_text()), ("garbled", (OWN / J).read_text()[:700])):
+        synth.write_node(d / slot, synth.NodeSpec(slot=slot))
+        (d / slot / B.NCCL_INTRA_JSON).write_text(text)
+    r = CliRunner().invoke(main, ["gate", str(d), "--json"])
+    assert r.exit_code in (0, 3) and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    v3 = {c["check_id"]: c for c in records["v3"]["checks"]}
+    assert v3["nccl.intra.correctness"]["verdict"] == "PASS" and v3["nccl.intra.busbw"]["measured"] == "487.09 GB/s"
+    garbled = {c["check_id"]: c for c in records["garbled"]["checks"]}
+    assert garbled["nccl.intra.busbw"]["verdict"] == "PASS"  # the cut -J has no rows: the text table is judged
