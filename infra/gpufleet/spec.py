@@ -33,8 +33,9 @@ NAMESPACE = "gpufleet"
 
 
 class _Model(BaseModel):
+    # allow_inf_nan=False: YAML reads `.inf` and `.nan` as floats, which pass a one-sided bound
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
-                              populate_by_name=True, use_enum_values=False)
+                              populate_by_name=True, use_enum_values=False, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -155,10 +156,10 @@ class Partition(_Model):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
     mode: PartitionMode
-    units: int | None = Field(default=None, gt=0)
-    gpus: int | None = Field(default=None, gt=0)
+    units: int | None = Field(default=None, gt=0, le=100_000)
+    gpus: int | None = Field(default=None, gt=0, le=100_000)
     priority: int = Field(default=0, ge=0, le=1_000_000)
-    quota_units: int | None = Field(default=None, ge=0)
+    quota_units: int | None = Field(default=None, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _one_share(self) -> "Partition":
@@ -174,9 +175,9 @@ class PodNetworking(_Model):
 
     mode: Literal["vpc-cni", "vpc-cni-custom-networking", "none"] = "none"
     max_pods: int = Field(default=110, gt=0, le=737)
-    warm_ip_target: int | None = Field(default=None, ge=0)
-    minimum_ip_target: int | None = Field(default=None, ge=0)
-    warm_eni_target: int = Field(default=1, ge=0)
+    warm_ip_target: int | None = Field(default=None, ge=0, le=737)  # no node holds more pods
+    minimum_ip_target: int | None = Field(default=None, ge=0, le=737)
+    warm_eni_target: int = Field(default=1, ge=0, le=32)
 
 
 class NetworkConfig(_Model):
@@ -201,9 +202,9 @@ class NetworkConfig(_Model):
 # --- storage -------------------------------------------------------------------------------
 
 class StorageConfig(_Model):
-    dataset_tib: float = Field(default=10, ge=0)
-    checkpoint_tib: float = Field(default=1, ge=0)
-    checkpoints_retained: int = Field(default=3, ge=0)
+    dataset_tib: float = Field(default=10, ge=0, le=1_000_000)
+    checkpoint_tib: float = Field(default=1, ge=0, le=1_000_000)
+    checkpoints_retained: int = Field(default=3, ge=0, le=10_000)
     target_checkpoint_write_seconds: float = Field(default=600, gt=0)
     deployment_type: Literal["PERSISTENT_2"] = "PERSISTENT_2"
     storage_class: Literal["SSD", "INTELLIGENT_TIERING"] = "SSD"
@@ -253,9 +254,9 @@ class RolloutConfig(_Model):
     # the canary's own bar: its first instances' failure rate above this halts the rollout before
     # anything else is provisioned (None: the same as maxFailureRate)
     canary_max_failure_rate: float | None = Field(default=None, ge=0, le=1)
-    failures_before_blacklist: int = Field(default=2, ge=1)
+    failures_before_blacklist: int = Field(default=2, ge=1, le=100)
     pipelining: bool = True
-    target_batch: int | None = Field(default=None, ge=0)
+    target_batch: int | None = Field(default=None, ge=0, le=100_000)
     allow_shrink: bool = False
     replace_action: Literal["stop-and-report", "terminate"] = "stop-and-report"
     state_backend: LocalBackend | S3Backend = Field(default=LocalBackend(), discriminator="type")
@@ -268,7 +269,7 @@ class GatesConfig(_Model):
     intra_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
     multi_node_busbw_floor_gbs: float | None = Field(default=None, gt=0)
     cohort_outlier_fraction: float = Field(default=0.1, gt=0, lt=1)
-    baseline_message_bytes: int = Field(default=16 * 2**30, ge=2**20)
+    baseline_message_bytes: int = Field(default=16 * 2**30, ge=2**20, le=2**40)
     # `gpufleet drift`: a baseline more than this fraction below the median of its history regresses
     drift_regression_fraction: float = Field(default=0.05, gt=0, lt=1)
 
@@ -334,6 +335,10 @@ class PoolConfig(_Model):
     # start through the PMIx the slurm role installs; a Slurm without it (Debian's, as the
     # rehearsal's local cluster runs) takes `none`
     srun_mpi: str = Field(default="pmix", pattern=r"^(none|pmi2|pmix(_v\d+)?|cray_shasta)$")
+    # Preemption between the teams' priorities (`ops.tenants[].priority`) inside a partition: off
+    # (a higher team waits like everyone), requeue (the preempted job goes back to the queue) or
+    # cancel. Slurm: PreemptType=preempt/qos with this PreemptMode; Kubernetes: Kueue evicts and requeues.
+    preemption: Literal["off", "requeue", "cancel"] = "off"
 
     @field_validator("slurm_max_minutes")
     @classmethod
@@ -407,6 +412,10 @@ class Tenant(_Model):
     # Kubernetes: the team's own Kueue quota in units per partition (its ClusterQueue's nominal quota;
     # what the teams leave of the partition's quota stays with the operators' queue). Unset: an even split.
     quota_units: dict[str, int] = Field(default_factory=dict)
+    # With `pool.preemption`, in a partition it shares, this team's job preempts a running job of a
+    # team with a lower priority when it cannot start otherwise (Slurm: QOS Priority and Preempt;
+    # Kubernetes: the team's WorkloadPriorityClass). Equal priorities never preempt each other.
+    priority: int = Field(default=0, ge=0, le=10_000)
 
     @field_validator("quota_units")
     @classmethod

@@ -119,3 +119,38 @@ def test_cli_exit_codes_for_each_former_traceback_or_silent_acceptance(tmp_path)
         assert result.exit_code == 2, (stack, result.output, result.exception)
         assert f"Pulumi.{stack}.yaml" in result.output and text in result.output
         assert "Traceback" not in result.output
+
+
+
+def _with_key(concern: str, key: str, written: str) -> str:
+    """The dev stack with `key: written` first under `gpufleet:<concern>` (any other line of it gone)."""
+    text = DEV.replace(f"  gpufleet:{concern}:\n", f"  gpufleet:{concern}:\n    {key}: {written}\n", 1)
+    return "\n".join(ln for ln in text.splitlines()
+                     if not (ln.startswith(f"    {key}: ") and ln != f"    {key}: {written}")) + "\n"
+
+
+@pytest.mark.parametrize("concern,key,written", [
+    ("storage", "datasetTib", ".inf"),
+    ("cluster", "spareFraction", ".nan"),
+    ("gates", "intraNodeBusbwFloorGbs", ".inf"),
+])
+def test_infinity_and_nan_are_not_numbers(tmp_path, concern, key, written):
+    text = _with_key(concern, key, written)
+    path = _stack(tmp_path, text)
+    errors = _errors(path)
+    assert any(e.startswith(f"{path}:{_line(text, f'{key}: {written}')}: gpufleet:{concern}.{key}:")
+               and "finite" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("concern,key,written,says", [
+    ("rollout", "failuresBeforeBlacklist", "1.0e+20", "maximum size"),
+    ("rollout", "failuresBeforeBlacklist", "101", "less than or equal to 100"),
+    ("rollout", "targetBatch", "100001", "less than or equal to 100000"),
+    ("storage", "checkpointsRetained", "100000000", "less than or equal to 10000"),
+])
+def test_other_counts_out_of_range_are_refused(tmp_path, concern, key, written, says):
+    text = _with_key(concern, key, written)
+    path = _stack(tmp_path, text)
+    line = _line(text, f"{key}: {written}")
+    errors = _errors(path)
+    assert any(e.startswith(f"{path}:{line}: gpufleet:{concern}.{key}:") and says in e for e in errors), errors
