@@ -156,19 +156,28 @@ class LocalSlurm:
                 states[name.strip()] = state.strip()
         return states
 
-    def problems(self, nodes: Sequence[str]) -> list[str]:
+    def problems(self, nodes: Sequence[str], settle_s: float = 10.0) -> list[str]:
         """What keeps this cluster from serving `nodes` (the plan's), empty when healthy: slurmctld
         down, a node Slurm lacks or that does not answer, its slurmd gone, a node Slurm itself
-        drained or downed (gpufleet's own drains, pending gates or quarantine, are its state, not a fault)."""
+        drained or downed (gpufleet's own drains, pending gates or quarantine, are its state, not a fault).
+        A node whose slurmd runs but that reads not responding is asked again for up to `settle_s`:
+        right after an `scontrol reconfigure` (the rollout's last step) every node reads `idle*` until
+        its slurmd answers the next ping, well under a second on an idle machine."""
         if not self.running():
             return ["slurmctld is not running"]
-        try:
-            out = self.cli(timeout_s=5).run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
-        except PoolError as exc:
-            return [f"slurmctld does not answer: {exc}"]
-        rows = {ln.split("|")[0]: ln.split("|", 2)[1:] for ln in out.splitlines() if ln.count("|") >= 2}
-        alive = {n for n in nodes if _alive(_read_pid(self.root / "run" / f"slurmd-{n}.pid"))}
-        return health_problems(nodes, {n: (state, reason) for n, (state, reason) in rows.items()}, alive)
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                out = self.cli(timeout_s=5).run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
+            except PoolError as exc:
+                return [f"slurmctld does not answer: {exc}"]
+            rows = {ln.split("|")[0]: ln.split("|", 2)[1:] for ln in out.splitlines() if ln.count("|") >= 2}
+            alive = {n for n in nodes if _alive(_read_pid(self.root / "run" / f"slurmd-{n}.pid"))}
+            found = health_problems(nodes, {n: (state, reason) for n, (state, reason) in rows.items()}, alive)
+            settling = any(n in alive and rows.get(n, [""])[0].endswith("*") for n in nodes)
+            if not (found and settling) or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.3)
 
     def running(self) -> bool:
         pid = self.root / "run" / "slurmctld.pid"
