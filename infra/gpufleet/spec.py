@@ -610,9 +610,12 @@ class SimulatorConfig(_Model):
     (rounded, at least one). Each faulty node has one fault; placement is seeded and spread over
     batches. `badLinks`: links between two otherwise healthy nodes that run slow. `systemic`: one
     fault on every node (a broken NCCL net plugin, an image whose driver does not load).
+    `slurmJobSeconds`: on a local Slurm (`pool.type: slurm`), how long each job of the simulated
+    job stream that a rollout submits holds its nodes (0: none submitted; `gpufleet.sim.jobs_slurm`).
     """
 
     seed: int = Field(default=1, ge=0)
+    slurm_job_seconds: int = Field(default=0, ge=0, le=3600)
     faults: dict[SimFaultKind, float] = Field(default_factory=dict)
     bad_links: int = Field(default=0, ge=0)
     capacity_shortfall: SimCapacityShortfall | None = None
