@@ -151,6 +151,8 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     journal.listeners.append(display)
     if hooks is not None:
         hooks.note = display.note
+    if wiring.engine is not None:  # a Pulumi stack: the engine's steps of each `up`, as they happen
+        wiring.engine.to(display.engine)
     try:
         outcome = orch.run()
     finally:
@@ -165,6 +167,7 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
                                                     "short": list(outcome.short)})
     click.echo(_summary(rep, modelled))
     click.echo(f"reports: {', '.join(str(p) for p in paths)}")
+    _start_job_stream(spec, plan, project, stack)
     if outcome.halted:
         failed = [a.stage for a in outcome.state.acceptance.values() if a.status.value == "failed"]
         then = f"--retry-stage {failed[0]}" if failed else "--restart"
@@ -174,6 +177,22 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
         why = "spares exhausted" if outcome.spares_exhausted else "slots blacklisted or without capacity"
         raise GateFailed(f"rollout ended short of its target: {len(outcome.short)} slot(s) without an admitted node "
                          f"({why}): {', '.join(outcome.short[:10])}")
+
+
+def _start_job_stream(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str) -> None:
+    """A simulated stack on its local Slurm: the simulator's job stream as real Slurm jobs on the
+    admitted units (gpufleet:simulator.slurmJobSeconds), so sacct and `gpufleet cost` have work to
+    read. The rollout's outcome stands either way: a refused job is a warning."""
+    from gpufleet.errors import PoolError
+    from gpufleet.sim.jobs_slurm import after_rollout
+
+    try:
+        line = after_rollout(spec, plan, project, stack, time.time())
+    except PoolError as exc:
+        click.echo(f"gpufleet: warning: the simulated job stream did not start: {exc}", err=True)
+        return
+    if line:
+        click.echo(f"gpufleet: {line}", err=True)
 
 
 def _retry(journal: "Journal", stage: str, stack: str) -> None:
