@@ -28,5 +28,5 @@ def test_graph_matches_snapshot(cap):
 def test_snapshot_is_deterministic(full_capture):
     from gpufleet.program.capture import capture_program
 
-    again = capture_program("dev", target_batch=10**6)
+    again = capture_program("dev", target_batch=100_000)
     assert render(snapshot_of(again)) == render(snapshot_of(full_capture("dev")))

@@ -27,7 +27,7 @@ def preview(stack: str, stacks_dir: Path | None, offline: bool, target_batch: in
         raise UsageError("only --offline is implemented here; a live preview is `pulumi preview --policy-pack policies`")
     spec = spec_mod.load_stack(stack, stacks_dir)  # None: the current project's stackConfigDir
     # A fresh stack has no instances until targetBatch rises; default the preview to the whole fleet.
-    batches = target_batch if target_batch is not None else (spec.rollout.target_batch or 10**6)
+    batches = target_batch if target_batch is not None else (spec.rollout.target_batch or 100_000)
     report = run_preview(spec, stack, target_batch=batches)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report))
     gate(report)
