@@ -62,7 +62,8 @@ def test_extravars_follow_bom_and_catalog():
     ev = configure_extravars(bom, "ubuntu-24.04", catalog.get("p5.48xlarge"))
     assert ev["nvidia_driver_version"] == bom.components.nvidia_driver.version
     assert ev["nvidia_driver_fabric_manager"] is True
-    assert ev["nccl_tuning_job_env"] == {"NCCL_SOCKET_IFNAME": "en"}
+    assert ev["nccl_tuning_job_env"] == {"NCCL_SOCKET_IFNAME": "^lo,docker,veth", "NCCL_NET": "Libfabric",
+                                         "NCCL_NET_PLUGIN": "ofi"}
     assert ev["gpufleet_bom_digest"] == bom.digest()
     assert "munge_key_secret_id" not in ev
     al = configure_extravars(bom, "al2023", catalog.get("p5.48xlarge"), munge_secret_id="gpufleet/x/munge")

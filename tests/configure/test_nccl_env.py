@@ -10,8 +10,30 @@ from gpufleet.configure.nccl_env import derive_nccl_env, nccl_env_for
 
 def test_current_stack_sets_only_what_is_still_needed():
     env = nccl_env_for(load_bom())
-    assert env.job_env == {"NCCL_SOCKET_IFNAME": "en"}
-    assert env.nccl_conf == {"NCCL_SOCKET_IFNAME": "en"}
+    want = {"NCCL_SOCKET_IFNAME": "^lo,docker,veth", "NCCL_NET": "Libfabric", "NCCL_NET_PLUGIN": "ofi"}
+    assert env.job_env == want
+    assert env.nccl_conf == want
+
+
+def test_socket_interface_filter_matches_a_pods_eth0_and_a_hosts_ens():
+    """node-config-review F7: `en` is a prefix filter no VPC-CNI pod interface (eth0) matches."""
+    ifname = derive_nccl_env(aws_ofi_nccl="1.16.3", libfabric="2.1.0amzn5.0").job_env["NCCL_SOCKET_IFNAME"]
+    assert ifname.startswith("^")  # an exclusion list (NCCL: '^' excludes the prefixes that follow)
+    excluded = ifname[1:].split(",")
+    for interface in ("eth0", "ens32", "enp71s0"):
+        assert not any(interface.startswith(p) for p in excluded), interface
+    for interface in ("lo", "docker0", "veth1a2b"):
+        assert any(interface.startswith(p) for p in excluded), interface
+
+
+def test_the_plugin_is_named_so_a_socket_fallback_fails():
+    """node-config-review F4: NCCL falls back to sockets silently when it cannot load the plugin."""
+    new = derive_nccl_env(aws_ofi_nccl="1.15.0", libfabric="2.1.0amzn3.0").job_env
+    assert new["NCCL_NET_PLUGIN"] == "ofi" and new["NCCL_NET"] == "Libfabric"
+    old = derive_nccl_env(aws_ofi_nccl="1.14.2", libfabric="2.1.0amzn2.0").job_env
+    assert "NCCL_NET" not in old and "NCCL_NET_PLUGIN" not in old
+    assert not {"NCCL_NET", "NCCL_NET_PLUGIN"} & derive_nccl_env(aws_ofi_nccl="1.16.3", libfabric="2.1.0amzn5.0",
+                                                                 efa=False).job_env.keys()
 
 
 def test_legacy_plugin_needs_provider_and_simple_protocol():
