@@ -87,6 +87,7 @@ COMPONENTS: tuple[Component, ...] = (
        "NVIDIA NCCL packages (libnccl2 installs libnccl.so.2.<minor>.<patch>)"),
     _c("aws_ofi_nccl", "aws-ofi-nccl (NCCL net plugin)",
        "for f in /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/libnccl-net.so "
+       "/opt/amazon/ofi-nccl/lib/*-linux-gnu/libnccl-net*.so /opt/amazon/ofi-nccl/lib64/libnccl-net*.so "
        "/opt/aws-ofi-nccl/lib/libnccl-net.so; do [ -e \"$f\" ] && strings \"$f\" | grep -m1 -E "
        "'NET/OFI (Initializing|Using) aws-ofi-nccl' && exit 0; done; "
        "echo 'libnccl-net-ofi.so: No such file or directory'; exit 2",
