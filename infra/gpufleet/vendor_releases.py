@@ -31,6 +31,12 @@ class EfaInstallerRelease:
     efa_nv_peermem: str | None
     sources: tuple[str, ...]
     note: str = ""
+    # package version-release of the other packages the release installs (ParallelCluster's
+    # per-release lists: the same in 1.41.0, 1.42.0 and 1.43.2, so carried between them)
+    efa_config: str = "1.18-1"
+    efa_profile: str = "1.7-1"
+    openmpi40: str = "4.1.7-2"
+    openmpi50: str = "5.0.6-11"
 
 
 EFA_INSTALLER: dict[str, EfaInstallerRelease] = {r.version: r for r in (
@@ -141,13 +147,43 @@ def fi_info_version(installer: str) -> str:
     return f"/opt/amazon/efa/bin/fi_info: {lib}\nlibfabric: {lib}\nlibfabric api: 2.1\n"
 
 
-def efa_installed_packages(installer: str) -> str:
-    """`/opt/amazon/efa_installed_packages` as the installer writes it on a Debian-family node:
-    the version line the gates read, then the versioned packages the release lists."""
+# rdma-core's binary packages as its own packaging names them (debian/control; redhat/rdma-core.spec)
+RDMA_CORE_DEB = ("ibacm", "ibverbs-providers", "ibverbs-utils", "infiniband-diags", "libibmad5",
+                 "libibnetdisc5", "libibumad3", "libibverbs1", "librdmacm1", "rdma-core")
+RDMA_CORE_RPM = ("ibacm", "infiniband-diags", "libibumad", "libibverbs", "libibverbs-utils", "librdmacm",
+                 "rdma-core")
+
+
+def efa_installed_packages(installer: str, family: str = "deb") -> str:
+    """`/opt/amazon/efa_installed_packages` as the installer writes it: the version line the gates
+    read, then every package of the release row (rdma-core's, libfabric's, libnccl-ofi, Open MPI 4
+    and 5, efa-config, efa-profile, efa-nv-peermem and the efa driver), named as the distribution's
+    packages (`deb`: name_version[_arch]; `rpm`: name-version-release on Amazon Linux 2023)."""
     r = EFA_INSTALLER[installer]
-    packages = [f"libfabric-aws-bin_{r.libfabric}_amd64", f"libfabric1-aws_{r.libfabric}_amd64",
-                f"rdma-core_{r.rdma_core}-1", f"libnccl-ofi_{r.aws_ofi_nccl}-1_amd64", f"efa_{r.efa_kmod}-1"]
-    if r.efa_nv_peermem:
-        packages.append(f"efa-nv-peermem_{r.efa_nv_peermem}-1")
+    if family == "deb":
+        packages = [f"{n}_{r.rdma_core}-1" for n in RDMA_CORE_DEB]
+        packages += [f"libfabric-aws-bin_{r.libfabric}_amd64", f"libfabric-aws-dev_{r.libfabric}_amd64",
+                     f"libfabric1-aws_{r.libfabric}_amd64", f"libnccl-ofi_{r.aws_ofi_nccl}-1_amd64",
+                     f"openmpi40-aws_{r.openmpi40}", f"openmpi50-aws_{r.openmpi50}",
+                     f"efa-config_{r.efa_config}_all", f"efa-profile_{r.efa_profile}_all", f"efa_{r.efa_kmod}-1"]
+        packages += [f"efa-nv-peermem_{r.efa_nv_peermem}-1"] if r.efa_nv_peermem else []
+    elif family == "rpm":
+        dist = "amzn2023"
+        packages = [f"{n}-{r.rdma_core}-1.{dist}" for n in RDMA_CORE_RPM]
+        packages += [f"libfabric-aws-{r.libfabric}-1.{dist}", f"libfabric-aws-devel-{r.libfabric}-1.{dist}",
+                     f"libnccl-ofi-{r.aws_ofi_nccl}-1.{dist}", f"openmpi40-aws-{r.openmpi40}",
+                     f"openmpi50-aws-{r.openmpi50}", f"efa-config-{r.efa_config}.{dist}",
+                     f"efa-profile-{r.efa_profile}.{dist}", f"efa-{r.efa_kmod}-1.{dist}"]
+        packages += [f"efa-nv-peermem-{r.efa_nv_peermem}-1.{dist}"] if r.efa_nv_peermem else []
+    else:
+        raise ValueError(f"package family {family!r}: deb or rpm")
     return (f"# EFA installer version: {r.version}\n# Debug packages installed: no\n# Packages installed:\n"
             + " ".join(packages) + "\n")
+
+
+def fi_info_stub(installer: str) -> str:
+    """A stub `fi_info` for chroot tests: answers --version as libfabric of `installer`'s row does."""
+    return ("#!/bin/sh\n# Stub of libfabric's fi_info for chroot tests (format of `fi_info --version`), generated\n"
+            f"# from gpufleet.vendor_releases.EFA_INSTALLER[{installer!r}].\n"
+            '[ "$1" = "--version" ] || { echo "stub fi_info: only --version" >&2; exit 2; }\n'
+            "cat <<'OUT'\n" + fi_info_version(installer) + "OUT\n")

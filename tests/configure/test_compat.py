@@ -147,3 +147,23 @@ def test_the_generated_node_outputs_follow_the_release_rows():
     manifest = vendor.efa_installed_packages("1.43.2")
     assert manifest.startswith("# EFA installer version: 1.43.2\n")
     assert "libnccl-ofi_1.16.3-1_amd64" in manifest.split() and "libfabric1-aws_2.1.0amzn5.0_amd64" in manifest.split()
+    # every package ParallelCluster 3.14 lists for 1.43.2 (PR #3012), not only the ones the BOM pins
+    for package in ("efa_2.17.2-1", "efa-config_1.18-1_all", "efa-profile_1.7-1_all", "openmpi40-aws_4.1.7-2",
+                    "openmpi50-aws_5.0.6-11", "rdma-core_58.amzn0-1", "ibverbs-providers_58.amzn0-1"):
+        assert package in manifest.split(), package
+    rpm = vendor.efa_installed_packages("1.43.2", "rpm").split()
+    assert {"efa-2.17.2-1.amzn2023", "libfabric-aws-2.1.0amzn5.0-1.amzn2023", "openmpi50-aws-5.0.6-11",
+            "libibverbs-58.amzn0-1.amzn2023"} <= set(rpm)
+
+
+def test_the_chroot_stubs_are_the_vendor_rows_of_the_boms_installer():
+    """The role tests' fake EFA installer lays down these files: they are the vendor row of the
+    installer the BOM pins, never hand-written to the BOM (regenerate with vendor_releases.fi_info_stub
+    and efa_installed_packages when the pin moves)."""
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "configure"
+    installer = BASE["components"]["efa_installer"]["version"]
+    assert (fixtures / "fi_info").read_text() == vendor.fi_info_stub(installer)
+    assert (fixtures / "efa_installed_packages").read_text() == vendor.efa_installed_packages(installer, "deb")
+    assert (fixtures / "rpm" / "efa_installed_packages").read_text() == vendor.efa_installed_packages(installer, "rpm")
