@@ -63,7 +63,9 @@ def pool_for(spec: ClusterSpec, project: Project, stack: str, *, launcher: Launc
                                 f"`gpufleet pool up -s {stack}`")
             from gpufleet.plan import build_plan
 
-            problems = local.problems([n.name for n in (plan or build_plan(spec)).nodes])
+            # a node drained outside gpufleet (by hand, or by Slurm) is no broken cluster: the pool shows
+            # it quarantined slurm-drain with its reason (issue 22: a hand drain is seen and kept)
+            problems = local.problems([n.name for n in (plan or build_plan(spec)).nodes], drains=False)
             if problems:  # slurmctld alone answers for nodes whose slurmd are gone: that is no pool
                 raise PoolError(f"the local Slurm of stack {stack!r} is unhealthy: {'; '.join(problems)}; restart it "
                                 f"with `gpufleet pool up -s {stack} --clean`")

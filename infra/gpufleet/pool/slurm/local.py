@@ -156,13 +156,15 @@ class LocalSlurm:
                 states[name.strip()] = state.strip()
         return states
 
-    def problems(self, nodes: Sequence[str], settle_s: float = 10.0) -> list[str]:
+    def problems(self, nodes: Sequence[str], settle_s: float = 10.0, drains: bool = True) -> list[str]:
         """What keeps this cluster from serving `nodes` (the plan's), empty when healthy: slurmctld
         down, a node Slurm lacks or that does not answer, its slurmd gone, a node Slurm itself
         drained or downed (gpufleet's own drains, pending gates or quarantine, are its state, not a fault).
         A node whose slurmd runs but that reads not responding is asked again for up to `settle_s`:
         right after an `scontrol reconfigure` (the rollout's last step) every node reads `idle*` until
-        its slurmd answers the next ping, well under a second on an idle machine."""
+        its slurmd answers the next ping, well under a second on an idle machine. `drains=False`
+        leaves out the nodes drained outside gpufleet: the pool shows those itself (quarantined
+        slurm-drain with their reason), and a person's drain is a state to keep, not a broken cluster."""
         if not self.running():
             return ["slurmctld is not running"]
         deadline = time.monotonic() + settle_s
@@ -173,7 +175,8 @@ class LocalSlurm:
                 return [f"slurmctld does not answer: {exc}"]
             rows = {ln.split("|")[0]: ln.split("|", 2)[1:] for ln in out.splitlines() if ln.count("|") >= 2}
             alive = {n for n in nodes if _alive(_read_pid(self.root / "run" / f"slurmd-{n}.pid"))}
-            found = health_problems(nodes, {n: (state, reason) for n, (state, reason) in rows.items()}, alive)
+            found = health_problems(nodes, {n: (state, reason) for n, (state, reason) in rows.items()}, alive,
+                                    drains=drains)
             settling = any(n in alive and rows.get(n, [""])[0].endswith("*") for n in nodes)
             if not (found and settling) or time.monotonic() >= deadline:
                 return found
@@ -247,13 +250,15 @@ class LocalSlurm:
         return pids
 
 
-def health_problems(nodes: Sequence[str], rows: Mapping[str, tuple[str, str]], slurmd_alive: set[str]) -> list[str]:
-    """Pure: the plan's `nodes` against sinfo's (state, reason) per node and the slurmd that run."""
+def health_problems(nodes: Sequence[str], rows: Mapping[str, tuple[str, str]], slurmd_alive: set[str],
+                    drains: bool = True) -> list[str]:
+    """Pure: the plan's `nodes` against sinfo's (state, reason) per node and the slurmd that run
+    (with `drains`, the nodes drained or downed outside gpufleet too)."""
     missing = [n for n in nodes if n not in rows]
     dead = [n for n in nodes if n not in slurmd_alive]
     silent = [n for n in nodes if n in rows and (rows[n][0].endswith("*") or rows[n][0].startswith(("down", "unk")))]
     faulted = [n for n in nodes if n in rows and rows[n][0].startswith(("drain", "down", "fail"))
-               and not rows[n][1].startswith("gpufleet") and n not in silent]
+               and not rows[n][1].startswith("gpufleet") and n not in silent and drains]
     out = []
     for what, names in (("not in Slurm", missing), ("without a running slurmd", dead), ("not responding", silent),
                         ("drained by Slurm itself", faulted)):
