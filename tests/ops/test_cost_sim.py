@@ -1,5 +1,6 @@
-"""`gpufleet cost -s local` right after the quickstart (`gpufleet init`, `gpufleet rollout -s local`):
-the simulated pool's job stream gives GPU-hours per partition and per team."""
+"""`gpufleet cost -s local` right after the quickstart (`gpufleet init`, `gpufleet rollout -s local`), with
+nothing set: the simulated pool's job stream gives GPU-hours per partition and per team, priced from the
+shipped Price List snapshot."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from gpufleet.cli import main
@@ -20,15 +20,10 @@ def test_cost_after_the_quickstart_has_gpu_hours_per_partition_and_team(tmp_path
     assert run.invoke(main, ["init", str(root), "--stack", "local"]).exit_code == 0
     rolled = run.invoke(main, ["--project", str(root), "rollout", "-s", "local"])
     assert rolled.exit_code in (0, 3), rolled.output  # 3: the seeded faults quarantined nodes
-    first = run.invoke(main, ["--project", str(root), "cost", "-s", "local", "--json"])
-    assert first.exit_code == 2 and "gpufleet prices" in first.output  # no sourced p5 on-demand price
-    stack_file = root / "stacks" / "Pulumi.local.yaml"
-    doc = yaml.safe_load(stack_file.read_text())
-    doc["config"]["gpufleet:cost"] = {**(doc["config"].get("gpufleet:cost") or {}), "pricePerInstanceHour": 55.0}
-    stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     result = run.invoke(main, ["--project", str(root), "cost", "-s", "local", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads((root / "reports" / "local" / "cost.json").read_text())
     assert report["gpu_hours"] > 0 and report["by_partition"] and report["by_team"]
     assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"] + report["by_team"])
-    assert report["cost_usd"] > 0
+    assert report["cost_usd"] > 0  # the shipped Price List snapshot's p5.48xlarge rate, with its source
+    assert report["price"]["usd_per_instance_hour"] == 55.04 and "pricing.us-east-1.amazonaws.com" in report["price"]["source"]

@@ -20,6 +20,7 @@ from gpufleet.cost import kueue, prometheus, sacct
 from gpufleet.cost.document import cost_document
 from gpufleet.cost.pool_history import ADMITTED, QUARANTINED, by_state, transitions
 from gpufleet.cost.pricing import OVERRIDE_FIELD, resolve
+from gpufleet.cost.shipped_prices import DATED, OFFER_FILE, SHIPPED
 from gpufleet.cost.report import UnitNodes, build, idle_units
 from gpufleet.cost.usage import JobUsage, Window, gpu_hours, held, parse_when
 from gpufleet.reports.write import write_report
@@ -159,15 +160,46 @@ def test_every_catalog_price_names_its_source_and_date_and_a_catalog_instance_ty
 
 
 def test_price_follows_the_capacity_basis_the_override_and_says_what_to_set_when_unknown() -> None:
-    spec = _spec()  # p5.48xlarge on-demand: no sourced price after the June 2025 reduction
-    assert spec.cluster.instance_type == "p5.48xlarge"
+    spec = _spec()  # p5.48xlarge on-demand in us-east-1: the shipped Price List snapshot's row
+    assert spec.cluster.instance_type == "p5.48xlarge" and spec.cluster.region == "us-east-1"
     price, missing = resolve(spec)
-    assert price is None and OVERRIDE_FIELD in missing and "p5.48xlarge (on-demand" in missing
+    assert missing is None and price.usd_per_instance_hour == 55.04 and price.source == OFFER_FILE
+    assert price.dated == DATED and "SKU 3D4V8UAYEMB38GU2" in price.note
+    raw = small_spec().model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["cluster"] = {**raw["cluster"], "region": "eu-north-1", "availabilityZone": "eu-north-1a"}
+    price, missing = resolve(ClusterSpec.from_raw(raw, source="test"))  # a region no snapshot holds
+    assert price is None and OVERRIDE_FIELD in missing and "p5.48xlarge (on-demand, eu-north-1" in missing
     price, missing = resolve(_spec(pricing="capacity-block"))  # none shipped: read from AWS or set
     assert price is None and "gpufleet prices" in missing and "p5.48xlarge (capacity-block" in missing
     price, _ = resolve(_spec(pricing="reservation", pricePerInstanceHour=50.0))
     assert price.usd_per_instance_hour == 50.0 and price.source.startswith(OVERRIDE_FIELD) and price.basis == "reservation"
     assert catalog.price("p5en.48xlarge", "reservation", "us-east-1").usd_per_hour == 63.296  # billed at on-demand
+
+
+def test_the_shipped_snapshot_prices_p5_p5en_p4d_p4de_p6_b200_from_the_price_list_and_yields_to_the_stack() -> None:
+    on_demand = {p.instance_type: p for p in SHIPPED if p.basis == "on-demand"}
+    assert set(on_demand) == {"p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "p4de.24xlarge", "p6-b200.48xlarge"}
+    for p in SHIPPED:  # AWS's own offer file, dated by its version; no third-party site
+        assert p.source.startswith(OFFER_FILE) and p.dated == DATED and p.usd_per_hour > 0 and p.region == "us-east-1"
+    reserved = {p.instance_type: p.usd_per_hour for p in SHIPPED if p.basis == "reservation"}
+    assert reserved == {k: v.usd_per_hour for k, v in on_demand.items()}  # billed at the On-Demand rate
+    from gpufleet.catalog_prices import Price
+    fetched = Price("p5.48xlarge", "on-demand", "us-east-1", 54.0, "AWS Price List API (pricing:GetProducts, AmazonEC2)",
+                    "fetched 2026-12-01T00:00:00+00:00; 2026-11-30T00:00:00Z")
+    price, _ = resolve(_spec(), [fetched])  # the stack's own snapshot (`gpufleet prices`) wins
+    assert price.usd_per_instance_hour == 54.0 and price.source.startswith("AWS Price List API")
+    price, _ = resolve(_spec(pricePerInstanceHour=40.0), [fetched])  # and the stack file over both
+    assert price.usd_per_instance_hour == 40.0
+
+
+def test_a_stack_whose_instance_has_no_price_anywhere_exits_2_naming_the_field(tmp_path) -> None:
+    from tests.rollout.project import make_project
+    root = make_project(tmp_path / "p")
+    stack_file = root / "stacks" / "Pulumi.local.yaml"
+    stack_file.write_text(stack_file.read_text().replace("us-east-1", "eu-north-1"))
+    result = CliRunner().invoke(main, ["--project", str(root), "cost", "-s", "local", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "gpufleet:cost.pricePerInstanceHour" in result.output, result.output
+    assert "gpufleet prices" in result.output
 
 
 # --- Kueue Workloads --------------------------------------------------------------------------
@@ -254,7 +286,6 @@ def test_unknown_usage_is_never_reported_as_zero() -> None:
     (["--since", "yesterday"], "--since"),
     (["--since", "1d", "--until", "2d"], "--since"),
     (["--format", "json,pdf"], "--format"),
-    ([], "gpufleet:cost.pricePerInstanceHour"),  # the simulated pool has its job stream; p5 on-demand no price
 ])
 def test_bad_flags_and_a_stack_without_a_price_exit_2_naming_what_to_fix(args, names, tmp_path) -> None:
     result = CliRunner().invoke(main, ["--project", str(REPO), "cost", "-s", "local", "--out", str(tmp_path), *args])

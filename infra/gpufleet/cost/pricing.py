@@ -14,6 +14,7 @@ from gpufleet import catalog
 from gpufleet.catalog_prices import Price
 from gpufleet.cost.price_list import find
 from gpufleet.cost.report import PriceUsed
+from gpufleet.cost.shipped_prices import SHIPPED
 from gpufleet.spec import CapacityType, ClusterSpec
 
 OVERRIDE_FIELD = "gpufleet:cost.pricePerInstanceHour"
@@ -27,7 +28,7 @@ def basis_for(spec: ClusterSpec) -> str:
 
 def resolve(spec: ClusterSpec, snapshot: Sequence[Price] = ()) -> tuple[PriceUsed | None, str | None]:
     """(price, None) or (None, what to set). The stack's own rate wins, then the stack's snapshot
-    from AWS (`gpufleet prices`), then the shipped catalog."""
+    from AWS (`gpufleet prices`), then the shipped Price List snapshot, then the catalog."""
     it, region, basis = spec.cluster.instance_type, spec.cluster.region, basis_for(spec)
     gpus = catalog.get(it).gpus
     if spec.cost.price_per_instance_hour is not None:
@@ -35,7 +36,8 @@ def resolve(spec: ClusterSpec, snapshot: Sequence[Price] = ()) -> tuple[PriceUse
         return PriceUsed(instance_type=it, basis=basis, region=region, usd_per_instance_hour=rate,
                          usd_per_gpu_hour=rate / gpus, source=f"{OVERRIDE_FIELD} (the stack file)",
                          dated="as set in the stack"), None
-    found = find(snapshot, it, basis, region) or catalog.price(it, basis, region)  # type: ignore[arg-type]
+    found = (find(snapshot, it, basis, region) or find(SHIPPED, it, basis, region)
+             or catalog.price(it, basis, region))  # type: ignore[arg-type]
     if found is None:
         return None, (f"no price for {it} ({basis}, {region}) in the catalog or the stack's price snapshot: "
                       f"run `gpufleet prices -s STACK` with AWS credentials, or set {OVERRIDE_FIELD} "
