@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
@@ -157,6 +158,23 @@ def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
     return out
 
 
+# engine steps that change nothing (an unchanged resource, a read) say nothing a reader needs
+QUIET_OPS = ("same", "read", "refresh")
+
+
+def engine_line(step: Any) -> str | None:
+    """One plain line per engine step of `pulumi up` (gpufleet.rollout.pulumi_provisioner's
+    ProvisionProgress: urn, op, status, slot, message), or None for a step that changes nothing.
+
+    Why here: the engine's events are the only word of what an update is doing for the minutes
+    an instance takes; logged to a logger nobody configured, a long `up` looked hung."""
+    if step.op in QUIET_OPS:
+        return None
+    what = f"node={step.slot}" if step.slot else f"resource={step.urn.rsplit('::', 1)[-1]}"
+    line = f"gpufleet: pulumi {step.status} op={step.op} {what}"
+    return line + (f" reason={_quote(step.message)}" if step.message else "")
+
+
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
@@ -171,8 +189,21 @@ class PlainDisplay:
         self.plan, self.elapsed, self.out = plan, elapsed, out
         self.last: dict[int, tuple[str, int]] = {}
         self.cache = RowCache(plan)
+        self._lock = threading.Lock()  # engine steps come from the provision-ahead worker's thread
+
+    def engine(self, step: Any) -> None:
+        """An engine step of `pulumi up` (see `engine_line`), as it happens."""
+        line = engine_line(step)
+        if line is not None:
+            with self._lock:
+                self.out.write(f"{line}  elapsed {_clock(self.elapsed())}\n")
+                self.out.flush()
 
     def __call__(self, event: dict[str, Any], state: RolloutState) -> None:
+        with self._lock:
+            self._show(event, state)
+
+    def _show(self, event: dict[str, Any], state: RolloutState) -> None:
         for line in log_lines(event, state):
             self.out.write(line + "\n")
         if event.get("type") == "acceptance":
@@ -193,8 +224,9 @@ class PlainDisplay:
 
     def note(self, text: str) -> None:
         """A line about work that journals nothing yet (see AcceptanceHooks.note)."""
-        self.out.write(f"{text}  elapsed {_clock(self.elapsed())}\n")
-        self.out.flush()
+        with self._lock:
+            self.out.write(f"{text}  elapsed {_clock(self.elapsed())}\n")
+            self.out.flush()
 
     def close(self) -> None:
         pass
@@ -307,6 +339,12 @@ class RichDisplay:
         from rich.text import Text
 
         self.live.console.print(Text(f"{text}  elapsed {_clock(self.elapsed())}"))
+
+    def engine(self, step: Any) -> None:
+        """An engine step of `pulumi up`, printed above the table (rich's console locks its own writes)."""
+        line = engine_line(step)
+        if line is not None:
+            self.note(line)
 
     def close(self) -> None:
         if getattr(self, "_state", None) is not None:

@@ -44,6 +44,29 @@ class Wiring:
     acceptance: Any | None = None  # gpufleet.rollout.acceptance_collect.PlaybookAcceptanceCollector
     # a Pulumi stack's storage clients, where its storage base check runs before the first batch
     storage_clients: Any | None = None  # gpufleet.rollout.storage_base.StorageClientsBase
+    # a Pulumi stack's engine steps of `up`, to be pointed at the run's display (`EngineRelay.to`)
+    engine: "EngineRelay | None" = None
+
+
+class EngineRelay:
+    """The provisioner's progress callback, pointed at the display once the run has one.
+
+    Why a relay: the provisioner is built before the display (the display needs the plan's run,
+    the run needs the wiring); an engine step before that (none today) goes to the module's logger."""
+
+    def __init__(self) -> None:
+        self._to: Callable[[Any], None] | None = None
+
+    def to(self, target: Callable[[Any], None]) -> None:
+        self._to = target
+
+    def __call__(self, step: Any) -> None:
+        if self._to is not None:
+            self._to(step)
+            return
+        import logging
+
+        logging.getLogger(__name__).info("pulumi %s %s %s", step.status, step.op, step.slot or step.urn)
 
 
 def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
@@ -94,7 +117,8 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
                           ) from None
     from gpufleet.rollout.storage_base import StorageClientsBase
 
-    provisioner = PulumiProvisioner.for_stack(spec, project, stack)
+    engine = EngineRelay()
+    provisioner = PulumiProvisioner.for_stack(spec, project, stack, progress=engine)
     executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
     pool = _pool(spec, plan, project, stack, None, outputs=provisioner.outputs)
     clients = StorageClientsBase(provisioner, executor,
@@ -102,7 +126,7 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
     return Wiring(Adapters(provisioner, executor, pool, WallClock()), threaded=True,
                   acceptance=acceptance_collector(spec, executor,
                                                   lambda: {**provisioner.inventory(), **clients.inventory()}),
-                  storage_clients=clients)
+                  storage_clients=clients, engine=engine)
 
 
 def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any,
