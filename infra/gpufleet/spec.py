@@ -256,6 +256,11 @@ class RolloutConfig(_Model):
     canary_max_failure_rate: float | None = Field(default=None, ge=0, le=1)
     failures_before_blacklist: int = Field(default=2, ge=1, le=100)
     pipelining: bool = True
+    # after the canary: batches in flight at once, and of them multi-node tests at the same time
+    # (None: the plan's budget, gpufleet.plan.window); a stack may lower either, never raise the
+    # fabric's derived limit
+    max_batches_in_flight: int | None = Field(default=None, ge=1, le=100_000)
+    max_fabric_tests: int | None = Field(default=None, ge=1, le=100_000)
     target_batch: int | None = Field(default=None, ge=0, le=100_000)
     allow_shrink: bool = False
     replace_action: Literal["stop-and-report", "terminate"] = "stop-and-report"
