@@ -155,7 +155,7 @@ def test_without_a_token_file_serve_refuses_to_start(fleet_base: Path, tmp_path:
 
     project = copy_project(fleet_base, tmp_path / "p")
     result = CliRunner().invoke(main, ["--project", str(project), "ops", "serve", "-s", "crash40", "--listen",
-                                       "127.0.0.1:0"])
+                                       "127.0.0.1:9797"])  # refused before it binds
     assert result.exit_code == 2 and "webhook token cannot be read" in result.output, result.output
     token = CliRunner().invoke(main, ["--project", str(project), "ops", "token", "-s", "crash40"])
     path = Path(token.output.strip())
