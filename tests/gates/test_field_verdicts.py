@@ -513,3 +513,42 @@ def test_the_gate_command_reads_a_v3_json_with_unchecked_and_garbage_without_cra
     assert v3["nccl.intra.correctness"]["verdict"] == "PASS" and v3["nccl.intra.busbw"]["measured"] == "487.09 GB/s"
     garbled = {c["check_id"]: c for c in records["garbled"]["checks"]}
     assert garbled["nccl.intra.busbw"]["verdict"] == "PASS"  # the cut -J has no rows: the text table is judged
+
+
+# --- lspci: an empty or failed listing is not "0 EFA devices" ---------------------------------
+
+FI_P4D = "fi_info_p_efa_t_FI_EP_RDM__p4d_24xlarge__aws_ec2_user_guide.txt"  # 4 EFA domains (real)
+P4D = GateSettings(instance_type="p4d.24xlarge")
+
+
+@pytest.mark.parametrize("text,rc", [
+    ("", 0),  # nothing at all: any Nitro instance lists at least its ENA and EBS controller
+    ("pcilib: Cannot open /sys/bus/pci/devices\nlspci: Cannot find any working access method.\n", 1),
+    ('<?xml version="1.0" ?>\n<nvidia_smi_log>\n', 0),
+])
+def test_an_empty_or_failed_lspci_is_a_retest_not_efa_missing(text, rc):
+    """Before: efa.count took the minimum of fi_info's 4 and lspci's 0 and quarantined (efa-missing)."""
+    from gpufleet.gates.bundle import FileRecord
+    from gpufleet.gates.checks.efa_nccl import check_efa
+
+    def ev(files):
+        records = {B.LSPCI_EFA: FileRecord(command="lspci -d 1d0f:", exit_code=rc)}
+        return NodeEvidence(Bundle(path="/mem/n0", manifest=Manifest(slot="n0", files=records), files=files))
+
+    with_fi = ev({B.FI_INFO: read_real(FI_P4D), B.LSPCI_EFA: text})
+    count = next(r for r in check_efa(with_fi, P4D) if r.check_id == "efa.count")
+    assert count.verdict is Verdict.PASS and count.measured == "{'fi_info': 4}"  # judged on what reads
+    assert "unreadable-lspci-efa" in _codes(check_readable(with_fi, P4D))  # and the node retests
+    alone = check_efa(ev({B.LSPCI_EFA: text}), P4D)
+    assert [(r.check_id, r.verdict, r.reason_code) for r in alone][0] == \
+        ("efa.count", Verdict.REMEDIATE, "unreadable-lspci-efa")
+
+
+def test_a_real_shaped_lspci_without_efa_is_still_efa_missing():
+    """The listing reads (the ENA and EBS controller are there), so no EFA line is a finding."""
+    from gpufleet.gates.checks.efa_nccl import check_efa
+    text = ("00:04.0 Non-Volatile memory controller: Amazon.com, Inc. NVMe EBS Controller\n"
+            "00:05.0 Ethernet controller: Amazon.com, Inc. Elastic Network Adapter (ENA)\n")
+    res = check_efa(_ev({B.LSPCI_EFA: text}), P4D)
+    assert (res[0].verdict, res[0].reason_code) == (Verdict.QUARANTINE, "efa-missing")
+    assert "unreadable-lspci-efa" not in _codes(check_readable(_ev({B.LSPCI_EFA: text}), P4D))

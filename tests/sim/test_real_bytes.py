@@ -384,3 +384,156 @@ def test_quirks_read_as_the_field_prints_them():
     assert f"aws-ofi-nccl {synth.DEFAULT_VERSIONS['aws_ofi_nccl']}-beta" in files[B.NCCL_EFA_LOOPBACK]
     cut = changed("output-unreadable")[B.SMI_Q]
     assert len(nvidia_smi.parse_q(cut).gpus) < 8
+
+
+# --- ping, lspci, versions, dmesg, the multi-node NCCL log ---------------------------------------
+
+PING_REAL = "ping_c5_loopback__iputils20221126__captured.txt"
+PING_NO_REPLY_REAL = "ping_c3_no_reply__iputils20221126__captured.txt"
+PCI_IDS = "pci_ids_amazon_1d0f_and_classes__pciids2023.04.10__debian_pci.ids.txt"
+
+
+def _elapsed(text: str) -> tuple[str, int]:
+    """The text with iputils' elapsed `time Nms` masked, and N (the one field a rerun changes)."""
+    m = re.search(r", time (\d+)ms$", text, re.M)
+    assert m, text
+    return text[:m.start(1)] + "N" + text[m.end(1):], int(m.group(1))
+
+
+@pytest.mark.parametrize("name,address,rtts", [
+    (PING_REAL, "127.0.0.1", [0.042, 0.044, 0.035, 0.038, 0.035]),
+    (PING_NO_REPLY_REAL, "192.0.2.77", [None, None, None]),
+])
+def test_ping_prints_byte_for_byte_as_iputils_given_the_same_replies(name, address, rtts):
+    """The real run's round trips in, the real bytes out: iputils' integer avg and mdev (0.038 and
+    0.003, where float arithmetic prints 0.039 and 0.004), the blank line a run with no reply ends
+    in; the elapsed time is (count - 1) x 0.2 s plus what the scheduler added (17-20 ms here)."""
+    ours, ours_ms = _elapsed(S.ping_output(address, rtts))
+    want, want_ms = _elapsed(real(name))
+    assert ours == want
+    assert (len(rtts) - 1) * 200 <= ours_ms < len(rtts) * 200 and (len(rtts) - 1) * 200 <= want_ms < len(rtts) * 200
+
+
+def test_ping_loss_prints_as_percent_g():
+    """`%g%% packet loss`: one of three lost is 33.3333%, as iputils prints it; the gate reads it."""
+    from gpufleet.gates.parsers import ping
+    text = S.ping_output("10.0.0.2", [0.05, None, 0.05])
+    assert "3 packets transmitted, 2 received, 33.3333% packet loss, time " in text
+    assert ping.parse_summary(text).loss_percent == pytest.approx(33.3333)
+
+
+def _pci_ids() -> tuple[str, set[str], set[str]]:
+    """(the vendor name of 1d0f, its device names, the class names) from pci.ids."""
+    vendor, devices, classes, in_amazon = "", set(), set(), False
+    for line in real(PCI_IDS).splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("1d0f  "):
+            vendor, in_amazon = line.split("  ", 1)[1], True
+        elif line.startswith("C "):
+            in_amazon = False
+        elif line.startswith("\t") and not line.startswith("\t\t"):
+            name = line.strip().split("  ", 1)[1]
+            (devices if in_amazon else classes).add(name)
+    return vendor, devices, classes
+
+
+def test_lspci_lines_are_pciutils_default_lines_with_pci_ids_names(healthy):
+    """No real `lspci -d 1d0f:` capture of a p5 exists in the fixtures: each line follows pciutils'
+    default listing (lspci.c show_device: `bus:dev.fn class: vendor device`) with the names the
+    PCI ID database gives vendor 1d0f and the classes (pci.ids 2023.04.10, Debian's pci.ids)."""
+    vendor, devices, classes = _pci_ids()
+    lines = healthy[0][B.LSPCI_EFA].splitlines()
+    for line in lines:
+        m = re.fullmatch(r"([0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ([^:]+): (.+)", line)
+        assert m and m.group(2) in classes, line
+        assert m.group(3).startswith(vendor + " ") and m.group(3)[len(vendor) + 1:] in devices, line
+    assert len({line.split()[0] for line in lines}) == len(lines)  # one device per slot
+    efa_lines = [x for x in lines if "Elastic Fabric Adapter (EFA)" in x]
+    assert len(efa_lines) == catalog_efa() == len(nccl_debug_nics(healthy))
+    from gpufleet.gates.parsers import efa
+    assert efa.lspci_problems(healthy[0][B.LSPCI_EFA]) == ()
+
+
+def catalog_efa() -> int:
+    from gpufleet import catalog
+    return catalog.get("p5.48xlarge").efa_interfaces
+
+
+def nccl_debug_nics(healthy) -> list[int]:
+    """The `(found N nics)` of the node's NCCL log, as a list of N placeholders."""
+    n = nccl_debug.parse_net(healthy[0][B.NCCL_EFA_LOOPBACK]).nics
+    return list(range(n or 0))
+
+
+def test_versions_outputs_have_the_lines_of_each_components_real_example():
+    """Each version command's rendered output against the real output gpufleet.gates.versions
+    cites for it: the same lines with the version (and build numbers) masked. The driver renders the
+    open kernel module's line (AL2023's nvidia-open; the row's source names that form), the NCCL path
+    is AL2023's /usr/lib64 and the EFA installer lists its packages, as on the nodes the BOM builds."""
+    from gpufleet.gates import versions
+    shape = lambda text: [re.sub(r"[0-9a-f]{40}|\d+", "N", line) for line in text.strip().splitlines()]  # noqa: E731
+    differ = {"nvidia_driver", "nccl", "efa_installer"}
+    for c in versions.COMPONENTS:
+        printed = versions.read_version(c.key, c.example)
+        pin = {"kubelet": printed.split("-eks-")[0], "cuda": "12.8.1"}.get(c.key, printed)  # the BOM's pin forms
+        ours, _ = synth.version_output(c.key, pin)
+        assert versions.read_version(c.key, ours) == printed, c.key
+        if c.key not in differ:
+            assert shape(ours) == shape(c.example), c.key
+    ours, _ = synth.version_output("efa_installer", "1.41.0")
+    assert shape(ours)[:3] == shape(versions.BY_KEY["efa_installer"].example)
+    driver, _ = synth.version_output("nvidia_driver", "570.172.08")
+    assert driver.startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.172.08  Release Build  ")
+
+
+def test_kernel_xid_lines_have_the_real_dmesg_shape():
+    """Each Xid the simulator writes, against the real lines (imbue-ai/cluster-health doctests):
+    `NVRM: Xid (PCI:dddd:bb:dd): N, pid=..., name=..., text`, the Xid 64 text word for word."""
+    real_lines = [x for x in real("dmesg_xid_sxid_pcie_lines__imbue_doctests.log").splitlines() if "NVRM: Xid" in x]
+    shape = re.compile(r"NVRM: Xid \(PCI:[0-9a-f]{4}:[0-9a-f]{2}:00\): (\d+), pid=('<unknown>'|\d+), "
+                       r"name=(<unknown>|[\w.-]+), (.+)$")
+    assert all(shape.search(x) for x in real_lines)
+    real_64 = shape.search(next(x for x in real_lines if "): 64," in x)).group(4)
+    from gpufleet.sim.render import FAULT_XID
+    for fault, xid in FAULT_XID.items():
+        files, _ = render_files(look(fault))
+        line = files[B.KERNEL_LOG].splitlines()[-1] if xid != 79 else \
+            next(x for x in files[B.KERNEL_LOG].splitlines() if "): 79," in x)
+        m = shape.search(line)
+        assert m and int(m.group(1)) == xid, line
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+0000 \S+ kernel: NVRM: ", line)  # journalctl -o short-iso
+        if xid == 64:
+            assert m.group(4) == real_64
+
+
+def test_the_multi_node_nccl_log_agrees_with_itself_and_the_node():
+    """One 2-node run through the simulated launcher: the header's NCCL code is the INFO lines'
+    version, every rank's host logs the plugin, the libfabric version the node has and its EFA count."""
+    from tests.sim.conftest import make_project, make_spec, open_cloud
+    from gpufleet.gates.launch import launch_spec
+    from gpufleet.gates.parsers.common import strip_rank_prefix
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="mn19-"))
+    cloud = open_cloud(make_spec(target_gpus=80), make_project(root))
+    cloud.provisioner.provision(1, cloud.plan.batch_nodes(1))
+    nodes = [s.name for s in cloud.plan.batch_nodes(1)][:2]
+    out = cloud.launcher.run([launch_spec("slurm", nodes, cloud.sku, cloud.versions, message_bytes=2**30)],
+                             timeout_s=600)[0].output
+    lines = [strip_rank_prefix(x) for x in out.splitlines()]
+    nccl = cloud.versions["nccl"]
+    header = next(x for x in lines if x.startswith("# nccl-tests version"))
+    assert header.endswith(f"nccl-headers={nccl_text.nccl_code(nccl)} nccl-library={nccl_text.nccl_code(nccl)}")
+    hosts = sorted({m.group(1) for x in lines if (m := re.search(r" on (\S+) device ", x))})
+    assert len(hosts) == 2
+    ranks = [x for x in lines if x.startswith("#  Rank")]
+    assert len(ranks) == 2 * cloud.sku.gpus and "nGpus 1 " in next(x for x in lines if "nThread" in x)  # one GPU a rank
+    info = [x for x in lines if " NCCL INFO " in x]
+    for host in hosts:
+        mine = [x.split(" NCCL INFO ", 1)[1] for x in info if x.startswith(host + ":")]
+        assert f"NCCL version {nccl}+cuda{'.'.join(cloud.versions['cuda'].split('.')[:2])}" in mine
+        assert f"NET/OFI Initializing aws-ofi-nccl {cloud.versions['aws_ofi_nccl']}" in mine
+        libfabric = ".".join(cloud.versions["libfabric"].split("amzn")[0].split(".")[:2])
+        assert f"NET/OFI Using Libfabric version {libfabric}" in mine
+        assert any(x.endswith(f"(found {cloud.sku.efa_interfaces} nics)") for x in mine)
+        assert "Using network Libfabric" in mine

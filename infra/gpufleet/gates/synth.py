@@ -195,7 +195,10 @@ def fi_info(n: NodeSpec) -> str:
 def lspci(n: NodeSpec) -> str:
     sku = catalog.get(n.instance_type)
     count = 0 if "efa_missing" in n.faults else sku.efa_interfaces
-    lines = ["00:05.0 Ethernet controller: Amazon.com, Inc. Elastic Network Adapter (ENA)"]
+    # `lspci -d 1d0f:` lists every Amazon device: the EBS root volume's controller and the ENA are
+    # on every Nitro instance (names as pci.ids has them: tests/fixtures/real/pci_ids_amazon_*)
+    lines = ["00:04.0 Non-Volatile memory controller: Amazon.com, Inc. NVMe EBS Controller",
+             "00:05.0 Ethernet controller: Amazon.com, Inc. Elastic Network Adapter (ENA)"]
     lines += [f"{0x10 + d:02x}:1c.0 Ethernet controller: Amazon.com, Inc. Elastic Fabric Adapter (EFA)" for d in range(count)]
     return "\n".join(lines) + "\n"
 

@@ -14,6 +14,7 @@ fault moves exactly what it names:
 from __future__ import annotations
 
 import json
+import math
 import random
 import shlex
 import zlib
@@ -271,21 +272,34 @@ def iperf3_output(client: str, server: str, bps: float, retransmits: int, stream
                 "sender_tcp_congestion": "cubic", "receiver_tcp_congestion": "cubic"}}, indent="\t")
 
 
+PING_INTERVAL_MS = 200  # the collector's `ping -c 20 -i 0.2`
+PING_OVERHEAD_MS = 17  # elapsed beyond (count - 1) intervals: 17-32 ms in the real captures
+
+
 def ping_output(address: str, rtts_ms: Sequence[float | None]) -> str:
-    """iputils ping: one reply line per answered packet, then the two summary lines."""
+    """iputils 20221126 ping (ping/ping_common.c finish): one reply line per answered packet, then
+    the summary. Round trips are whole microseconds and the summary is integer arithmetic as
+    iputils does it (avg = tsum / n truncated, mdev = llsqrt((tsum2 - tsum^2 / n) / n)), the loss
+    `%g%%`, the elapsed time (count - 1) intervals and the last reply; no reply at all ends in a
+    blank line instead of the rtt line (tests/fixtures/real/ping_c*__iputils20221126__captured.txt)."""
     lines = [f"PING {address} ({address}) 56(84) bytes of data."]
-    got = [r for r in rtts_ms if r is not None]
+    got = [round(r * 1000) for r in rtts_ms if r is not None]  # microseconds
     for seq, rtt in enumerate(rtts_ms, 1):
         if rtt is not None:
-            lines.append(f"64 bytes from {address}: icmp_seq={seq} ttl=64 time={rtt:.3f} ms")
+            us = round(rtt * 1000)
+            lines.append(f"64 bytes from {address}: icmp_seq={seq} ttl=64 time={us // 1000}.{us % 1000:03d} ms")
     n, r = len(rtts_ms), len(got)
+    loss = f"{100.0 * (n - r) / n:g}" if n else "0"
     lines += ["", f"--- {address} ping statistics ---",
-              f"{n} packets transmitted, {r} received, {round(100 * (n - r) / n) if n else 0}% packet loss, "
-              f"time {int(n * 200)}ms"]
+              f"{n} packets transmitted, {r} received, {loss}% packet loss, "
+              f"time {max(0, n - 1) * PING_INTERVAL_MS + PING_OVERHEAD_MS}ms"]
     if got:
-        avg = sum(got) / r
-        mdev = (sum((x - avg) ** 2 for x in got) / r) ** 0.5
-        lines.append(f"rtt min/avg/max/mdev = {min(got):.3f}/{avg:.3f}/{max(got):.3f}/{mdev:.3f} ms")
+        tsum, tsum2 = sum(got), sum(x * x for x in got)
+        avg, mdev = tsum // r, math.isqrt((tsum2 - tsum * tsum // r) // r)
+        ms = lambda us: f"{us // 1000}.{us % 1000:03d}"  # noqa: E731
+        lines.append(f"rtt min/avg/max/mdev = {ms(min(got))}/{ms(avg)}/{ms(max(got))}/{ms(mdev)} ms")
+    else:
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 

@@ -24,8 +24,11 @@ def check_efa(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
                                                        research_ref=ref(29))) is not None:
         fi, fi_absent = None, unread  # a block in no known shape counts nothing: retest, not "EFA missing"
     lspci = None if lspci_absent is not None else lspci
+    lspci_unread = source_unreadable(ev, "efa.count", "Q", n, B.LSPCI_EFA, research_ref=ref(28)) \
+        if lspci is not None else None
+    lspci = None if lspci_unread is not None else lspci  # an empty or garbled listing is not "0 EFA devices"
     if fi is None and lspci is None:
-        count = lspci_absent or absent_tool(ev, "efa.count", "Q", n, B.FI_INFO, ref(28))
+        count = lspci_absent or lspci_unread or absent_tool(ev, "efa.count", "Q", n, B.FI_INFO, ref(28))
         if count is None and fi_absent is not None and (fi_absent.reason_code or "").startswith("unreadable-"):
             count = fi_absent.model_copy(update={"check_id": "efa.count", "expected": str(n), "research_ref": ref(28)})
         return [count or not_collected("efa.count", "Q", n, B.FI_INFO, ref(28)),

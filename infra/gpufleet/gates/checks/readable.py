@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.evidence import NodeEvidence
-from gpufleet.gates.parsers import nvidia_smi
+from gpufleet.gates.parsers import efa, nvidia_smi
 from gpufleet.gates.parsers.common import ERROR_SENTINELS, missing_tool
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result
@@ -59,6 +59,8 @@ def file_problems(ev: NodeEvidence, name: str) -> tuple[str, ...]:
     if name == B.FI_INFO:
         fi = ev.fi_info
         return tuple(p for p in fi.problems if p != "fi_info is not installed") if fi is not None else ()
+    if name == B.LSPCI_EFA:
+        return efa.lspci_problems(f.text) + ((f"exit code {f.exit_code}",) if f.exit_code not in (None, 0) else ())
     if name == B.FABRIC_QUERY:
         t = ev.fabric_table
         return t.problems if t is not None else ()
@@ -84,8 +86,8 @@ def _kernel_problems(ev: NodeEvidence) -> tuple[str, ...]:
 
 
 # the files a node's checks read, in bundle order (dcgmi-diag.json: check_dcgm reads its own problems)
-READ_FILES = (B.QUERY_GPU, B.REMAPPED_ROWS, B.SMI_Q, B.NVLINK_S, B.TOPO_M, B.KERNEL_LOG, B.FI_INFO, B.FABRIC_QUERY,
-              B.VERSIONS, B.NCCL_INTRA, B.NCCL_INTRA_JSON)
+READ_FILES = (B.QUERY_GPU, B.REMAPPED_ROWS, B.SMI_Q, B.NVLINK_S, B.TOPO_M, B.KERNEL_LOG, B.FI_INFO, B.LSPCI_EFA,
+              B.FABRIC_QUERY, B.VERSIONS, B.NCCL_INTRA, B.NCCL_INTRA_JSON)
 
 
 def check_readable(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:

@@ -144,3 +144,24 @@ def parse_lspci(text: str) -> Lspci:
     else:
         addrs = [ln.split()[0] for ln in text.splitlines() if ln.strip() and _LSPCI_EFA.search(ln)]
     return Lspci(efa_devices=len(addrs), addresses=tuple(addrs))
+
+
+# pciutils lspci's default line: `[domain:]bus:device.function class: name` (ls-kernel.c / lspci.c
+# show_device: the slot, then the class and the vendor/device names from pci.ids, `(rev xx)` and
+# `(prog-if xx)` after them), or with -n the numeric `class: vendor:device` form.
+_LSPCI_LINE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:]+: \S.*$")
+
+
+def lspci_problems(text: str) -> tuple[str, ...]:
+    """What in `lspci -d 1d0f:` is not lspci's listing: a line in no lspci shape, or no device at
+    all. Every Nitro instance has at least its ENA (1d0f:ec20) and its EBS NVMe controller
+    (1d0f:8061) on the bus, so an empty listing is a failed run (no /sys/bus/pci in a container,
+    a cut-off capture), not an instance with no EFA: retest, never "0 EFA devices"."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ("empty output: `lspci -d 1d0f:` lists at least the instance's ENA and EBS controller on any Nitro "
+                "instance",)
+    odd = [ln.strip() for ln in lines if not _LSPCI_LINE.match(ln.strip())]
+    if odd:
+        return (f"{len(odd)} line(s) in no lspci shape: {odd[0][:120]!r}",)
+    return ()
