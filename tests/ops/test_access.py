@@ -142,3 +142,39 @@ def test_allow_qos_binds_each_partition_to_its_teams_qos() -> None:
     assert acc.partition_allow_qos(TENANTS, ["train", "sim", "debug"]) == {
         "train": "normal,speech-train,vision-train", "sim": "normal", "debug": "normal,vision-debug"}
     assert acc.default_qos(TENANTS)[("vision", "debug")] == "vision-debug"
+
+
+def test_with_preemption_a_team_qos_preempts_only_its_partitions_lower_teams() -> None:
+    from gpufleet.pool.slurm.access_apply import parse_existing
+
+    teams = (Tenant(name="bulk", partitions=("train", "debug")), Tenant(name="urgent", partitions=("debug",), priority=10),
+             Tenant(name="ops", partitions=("debug",), priority=10))
+    assert acc.preempt_lists(teams, "debug") == {"bulk-debug": (), "urgent-debug": ("bulk-debug",),
+                                                 "ops-debug": ("bulk-debug",)}  # equals never preempt
+    assert acc.preempt_lists(teams, "train") == {"bulk-train": ()}
+    quotas = [acc.PartitionQuota("train", 640, capacity_gpus=640), acc.PartitionQuota("debug", 10, capacity_gpus=40)]
+    cmds = acc.sacctmgr_commands(teams, quotas, "local", preemption=True)
+    # train's quota is its capacity: no limit of its own (Slurm never preempts for a QOS limit);
+    # debug's quota is below it and stays
+    assert ["sacctmgr", "-i", "add", "qos", "part-train", "Description=partition train: every account's jobs together"] in cmds
+    assert ["sacctmgr", "-i", "add", "qos", "part-debug", "GrpTRES=gres/gpu=10",
+            "Description=partition debug: every account's jobs together"] in cmds
+    add_urgent = ["sacctmgr", "-i", "add", "qos", "urgent-debug", "GrpTRES=gres/gpu=10",
+                  "Description=team urgent on partition debug", "Priority=10"]
+    preempt = ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=bulk-debug"]
+    assert cmds.index(add_urgent) < cmds.index(preempt)  # every QOS exists before a Preempt= names it
+    assert acc.sacctmgr_commands(teams, quotas, "local") == acc.sacctmgr_commands(teams, quotas, "local", False)
+    assert not any("Preempt=" in " ".join(c) or "Priority=" in " ".join(c)
+                   for c in acc.sacctmgr_commands(teams, quotas, "local"))
+    # read back as `sacctmgr -n -P show qos format=name,grptres,priority,preempt` prints it
+    want = acc.slurm_access(teams, quotas, "local", preemption=True)
+    qos = "\n".join(f"{q.name}|{'' if q.gpus is None else f'gres/gpu={q.gpus}'}|{q.priority}|{','.join(q.preempt)}"
+                    for q in want.qos)
+    assocs = "\n".join(f"{a.name}||{','.join(a.qos)}|{a.default_qos}" for a in want.accounts)
+    assert acc.access_changes(want, parse_existing("local\n", qos, assocs)) == []
+    edited = qos.replace("urgent-debug|gres/gpu=10|10|bulk-debug", "urgent-debug|gres/gpu=10|3|").replace(
+        "part-train||0|", "part-train|gres/gpu=640|0|")
+    assert acc.access_changes(want, parse_existing("local\n", edited, assocs)) == [
+        ["sacctmgr", "-i", "modify", "qos", "where", "name=part-train", "set", "GrpTRES=gres/gpu=-1"],
+        ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Priority=10"],
+        ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=bulk-debug"]]

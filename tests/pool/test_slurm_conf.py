@@ -227,3 +227,20 @@ def test_block_sizes_are_the_plans_block_and_its_power_of_two_aggregates():
                    "24.11.6")
     assert "BlockSizes=5,10,20,40,80" in cfg.topology_conf and "JobSubmitPlugins=lua" in cfg.slurm_conf
     assert "local TREE = false" in cfg.files()["job_submit.lua"]
+
+
+def test_preemption_is_by_the_teams_qos_only_where_the_stack_asks_for_it():
+    teams = [{"name": "bulk", "partitions": ["train", "debug"]}, {"name": "urgent", "partitions": ["debug"], "priority": 10}]
+    spec = _with_ops(small_spec(preemption="requeue"), tenants=teams, slurmAccounting=True)
+    conf = generate(spec, build_plan(spec), REAL, "24.11.6").slurm_conf
+    assert _lines(conf, "PreemptType") == ["PreemptType=preempt/qos"]
+    assert _lines(conf, "PreemptMode") == ["PreemptMode=REQUEUE"]
+    assert _lines(conf, "PriorityWeightQOS") == ["PriorityWeightQOS=10000"]
+    off = _with_ops(small_spec(), tenants=teams, slurmAccounting=True)
+    assert "Preempt" not in generate(off, build_plan(off), REAL, "24.11.6").slurm_conf
+    # nothing to preempt between: every team of one priority, or no teams at all
+    same = _with_ops(small_spec(preemption="cancel"), tenants=[{"name": "bulk", "partitions": ["debug"]}],
+                     slurmAccounting=True)
+    with pytest.raises(ConfigError, match="different priorities") as err:
+        generate(same, build_plan(same), REAL, "24.11.6")
+    assert err.value.field == "gpufleet:pool.preemption"

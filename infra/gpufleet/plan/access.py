@@ -21,7 +21,7 @@ the QOS limits name) the rest. Slurm queues a job that breaks AllowAccounts unle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpufleet.errors import ConfigError
@@ -36,6 +36,7 @@ PARTITION_NS_LABEL = "gpufleet.io/partition-namespace"
 class PartitionQuota:
     name: str
     gpus: int
+    capacity_gpus: int = 0  # all the partition's units in GPUs (0: unknown, never below the quota)
 
 
 def check_tenants(tenants: Sequence[Tenant], partitions: Sequence[str]) -> None:
@@ -124,8 +125,10 @@ def partition_qos_name(partition: str) -> str:
 @dataclass(frozen=True)
 class Qos:
     name: str
-    gpus: int  # GrpTRES=gres/gpu=
+    gpus: int | None  # GrpTRES=gres/gpu=; None: no GPU limit of its own
     description: str
+    priority: int = 0  # the team's (ops.tenants[].priority); the QOS Priority= preempt/qos compares
+    preempt: tuple[str, ...] = ()  # the QOS whose running jobs this one's may preempt (Preempt=)
 
 
 @dataclass(frozen=True)
@@ -154,17 +157,36 @@ class ExistingAccess:
     qos: dict[str, str]  # name -> GrpTRES as sacctmgr prints it ("gres/gpu=8" or "")
     accounts: dict[str, tuple[frozenset[str], str]]  # account -> (its QOS, its default QOS)
     users: frozenset[tuple[str, str]]
+    # name -> (Priority, Preempt) as sacctmgr prints them; a QOS missing here has neither (0, none)
+    qos_preempt: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
 
 
-def slurm_access(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str) -> SlurmAccess:
+def preempt_lists(tenants: Sequence[Tenant], partition: str) -> dict[str, tuple[str, ...]]:
+    """Team QOS on `partition` -> the QOS of the teams there with a lower priority (preempt/qos only
+    compares a job's own QOS, so a team's debug job preempts only lower teams' debug jobs)."""
+    there = [t for t in tenants if partition in t.partitions]
+    return {qos_name(t.name, partition): tuple(sorted(qos_name(o.name, partition) for o in there
+                                                      if o.priority < t.priority))
+            for t in there}
+
+
+def slurm_access(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str,
+                 preemption: bool = False) -> SlurmAccess:
+    """`preemption`: the stack's pool.preemption is not off, so team QOS carry Priority and Preempt."""
     by_name = {q.name: q for q in quotas}
     check_tenants(tenants, list(by_name))
-    qos = [Qos(partition_qos_name(q.name), q.gpus, f"partition {q.name}: every account's jobs together")
-           for q in quotas]
+    # Slurm preempts for nodes, never for a QOS limit: with preemption, a partition QOS capped at the
+    # partition's whole capacity (nodes cap it already) would turn every wait for nodes into a wait on
+    # the QOS (QOSGrpGRES), and the higher team's job would wait instead of preempting
+    qos = [Qos(partition_qos_name(q.name), None if preemption and 0 < q.capacity_gpus <= q.gpus else q.gpus,
+               f"partition {q.name}: every account's jobs together") for q in quotas]
     accounts, users = [], []
+    preempts = {n: lists for p in by_name for n, lists in preempt_lists(tenants, p).items()} if preemption else {}
     for t in tenants:
         names = [qos_name(t.name, p) for p in t.partitions]
-        qos += [Qos(n, by_name[p].gpus, f"team {t.name} on partition {p}") for p, n in zip(t.partitions, names)]
+        qos += [Qos(n, by_name[p].gpus, f"team {t.name} on partition {p}",
+                    priority=t.priority if preemption else 0, preempt=preempts.get(n, ()))
+                for p, n in zip(t.partitions, names)]
         accounts.append(Account(t.name, tuple(names), names[0], f"gpufleet team {t.name}"))
         users += [(u, t.name) for u in t.members]
     return SlurmAccess(cluster, tuple(qos), tuple(accounts), tuple(users))
@@ -187,12 +209,25 @@ def access_changes(want: SlurmAccess, have: ExistingAccess) -> list[list[str]]:
     cmds: list[list[str]] = []
     if want.cluster not in have.clusters:
         cmds.append(["sacctmgr", "-i", "add", "cluster", want.cluster])
+    later: list[list[str]] = []  # Preempt= names other QOS: set once every QOS exists
     for q in want.qos:
         limit = f"GrpTRES=gres/gpu={q.gpus}"
+        prio, preempt = have.qos_preempt.get(q.name, (0, frozenset()))
         if q.name not in have.qos:
-            cmds.append(["sacctmgr", "-i", "add", "qos", q.name, limit, f"Description={q.description}"])
+            cmds.append(["sacctmgr", "-i", "add", "qos", q.name, *([limit] if q.gpus is not None else []),
+                         f"Description={q.description}", *([f"Priority={q.priority}"] if q.priority else [])])
+            prio = q.priority
+        elif q.gpus is None:
+            if have.qos[q.name]:  # -1 clears a limit
+                cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", "GrpTRES=gres/gpu=-1"])
         elif have.qos[q.name] != limit.split("=", 1)[1]:
             cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", limit])
+        if prio != q.priority:
+            cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", f"Priority={q.priority}"])
+        if preempt != frozenset(q.preempt):  # sacctmgr reads '' as "none" (its documented way to clear it)
+            later.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set",
+                          f"Preempt={','.join(q.preempt) or repr('')}"])
+    cmds += later
     for a in want.accounts:
         if a.name not in have.accounts:
             cmds.append(["sacctmgr", "-i", "add", "account", a.name, f"Cluster={want.cluster}",
@@ -206,11 +241,12 @@ def access_changes(want: SlurmAccess, have: ExistingAccess) -> list[list[str]]:
     return cmds
 
 
-def sacctmgr_commands(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str) -> list[list[str]]:
+def sacctmgr_commands(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cluster: str,
+                      preemption: bool = False) -> list[list[str]]:
     """The whole script for an empty slurmdbd: the cluster first (slurmctld registers with it), the
     partition QOS, then per team its QOS capped at the partition's GPU quota, account and users."""
     nothing = ExistingAccess(clusters=frozenset(), qos={}, accounts={}, users=frozenset())
-    return access_changes(slurm_access(tenants, quotas, cluster), nothing)
+    return access_changes(slurm_access(tenants, quotas, cluster, preemption), nothing)
 
 
 def allow_accounts(tenants: Sequence[Tenant], partitions: Sequence[str]) -> dict[str, str]:

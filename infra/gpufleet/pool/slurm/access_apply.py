@@ -18,23 +18,28 @@ from gpufleet.spec import ClusterSpec
 def partition_quotas(plan: ClusterPlan) -> list[PartitionQuota]:
     """Each partition's GPU quota: its quota in units, else all its units."""
     t = plan.topology
-    return [PartitionQuota(p.name, (p.units if p.quota_units is None else p.quota_units) * t.unit_gpus)
+    return [PartitionQuota(p.name, (p.units if p.quota_units is None else p.quota_units) * t.unit_gpus,
+                           capacity_gpus=p.units * t.unit_gpus)
             for p in plan.partitions if p.blocks]
 
 
 def desired_access(spec: ClusterSpec, plan: ClusterPlan) -> SlurmAccess:
-    return slurm_access(spec.ops.tenants, partition_quotas(plan), spec.cluster.name)
+    return slurm_access(spec.ops.tenants, partition_quotas(plan), spec.cluster.name,
+                        preemption=spec.pool.preemption != "off")
 
 
 def parse_existing(clusters: str, qos: str, assocs: str) -> ExistingAccess:
-    """From `sacctmgr -n -P show cluster format=cluster`, `show qos format=name,grptres` and
-    `show assoc format=account,user,qos,defaultqos` (one cluster's)."""
+    """From `sacctmgr -n -P show cluster format=cluster`, `show qos format=name,grptres,priority,preempt`
+    (the last two may be absent) and `show assoc format=account,user,qos,defaultqos` (one cluster's)."""
     names = frozenset(ln.strip() for ln in clusters.splitlines() if ln.strip())
     limits = {}
+    preempt: dict[str, tuple[int, frozenset[str]]] = {}
     for ln in qos.splitlines():
         if "|" in ln:
-            name, grp = ln.split("|")[:2]
-            limits[name] = grp
+            cols = ln.split("|")
+            limits[cols[0]] = cols[1]
+            if len(cols) >= 4:
+                preempt[cols[0]] = (int(cols[2] or 0), frozenset(x for x in cols[3].split(",") if x))
     accounts: dict[str, tuple[frozenset[str], str]] = {}
     users = set()
     for ln in assocs.splitlines():
@@ -46,13 +51,13 @@ def parse_existing(clusters: str, qos: str, assocs: str) -> ExistingAccess:
             users.add((user, account))
         else:
             accounts[account] = (frozenset(x for x in q.split(",") if x), default)
-    return ExistingAccess(clusters=names, qos=limits, accounts=accounts, users=frozenset(users))
+    return ExistingAccess(clusters=names, qos=limits, accounts=accounts, users=frozenset(users), qos_preempt=preempt)
 
 
 def read_existing(cli: SlurmCli, cluster: str) -> ExistingAccess:
     show = ["sacctmgr", "-n", "-P", "show"]
     return parse_existing(cli.run([*show, "cluster", "format=cluster"]),
-                          cli.run([*show, "qos", "format=name,grptres"]),
+                          cli.run([*show, "qos", "format=name,grptres,priority,preempt"]),
                           cli.run([*show, "assoc", f"cluster={cluster}", "format=account,user,qos,defaultqos"]))
 
 

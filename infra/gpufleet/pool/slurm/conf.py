@@ -139,6 +139,10 @@ def generate(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, version: st
         raise ConfigError("tenants on a Slurm pool need accounting: without slurmdbd enforcing associations, "
                           "any user may name any account and AllowAccounts keeps no one out",
                           field="gpufleet:ops.slurmAccounting", expected="true when gpufleet:ops.tenants is set")
+    if spec.pool.preemption != "off" and len({t.priority for t in spec.ops.tenants}) < 2:
+        raise ConfigError(f"pool.preemption {spec.pool.preemption!r} needs teams of different priorities to "
+                          "preempt between (Slurm preempts by the teams' QOS)", field="gpufleet:pool.preemption",
+                          expected="off, or ops.tenants with at least two different priority values")
     if spec.ops.slurm_accounting and isinstance(flavour, LocalFlavour) and flavour.slurmdbd_port is None:
         raise PoolError("this stack has Slurm accounting but the local cluster was given no slurmdbd port")
     sku = spec.cluster.instance
@@ -160,6 +164,7 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "EnforcePartLimits=ALL",  # refuse at submission what a partition never takes (size, time, accounts)
         "JobSubmitPlugins=lua",  # job_submit.lua: whole units only, one block each (gpufleet.pool.slurm.job_submit)
         f"SchedulerParameters=max_switch_wait={SWITCH_WAIT_S}",  # the plugin's --switches wait, not the 300 s default
+        *_preemption(spec),
         *_accounting(spec, flavour),
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
@@ -214,6 +219,16 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "MpiDefault=pmix",
         "PrologFlags=Alloc,Contain",
     ]
+
+
+def _preemption(spec: ClusterSpec) -> list[str]:
+    """pool.preemption: the teams' QOS decide (preempt/qos; each team QOS's Preempt= lists the lower
+    teams' QOS of its partition, `gpufleet.plan.access.preempt_lists`), and a pending job's QOS
+    priority orders the queue too (multifactor, QOS the only weight: otherwise first come, first served)."""
+    if spec.pool.preemption == "off":
+        return []
+    return ["PreemptType=preempt/qos", f"PreemptMode={spec.pool.preemption.upper()}",
+            "PriorityType=priority/multifactor", "PriorityWeightQOS=10000"]
 
 
 def has_accounting(spec: ClusterSpec, flavour: Flavour) -> bool:
