@@ -12,8 +12,12 @@ files (package data under `infra/gpufleet/_template/`, symlinks into the reposit
 drift). The program and the policy pack are not copied: two one-line shims run the installed
 package's (`gpufleet.program.cluster.run_program` and `gpufleet.policies.pack.run_pack`), so
 upgrading gpufleet upgrades them. Pulumi's python runtime runs `__main__.py` in the project root when
-Pulumi.yaml names no `main:`, with the interpreter of the `virtualenv` option (the one gpufleet
-was installed in, when `init` runs from a virtualenv) or else `python3` on PATH.
+Pulumi.yaml names no `main:`, with the interpreter of the `virtualenv` option (`.venv`, relative,
+when gpufleet runs from the project's own `.venv`) or else `python3` on PATH: no absolute path,
+so the project and its CI work on another machine.
+
+`.github/` gets the project's own pipeline (gpufleet.init_ci): checks per stack the project has,
+rollouts of its deployed stacks in resumable parts, the nightly drift check and the setup action.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 import click
 import yaml
 
+from gpufleet import init_ci
 from gpufleet.errors import ConfigError, UsageError
 from gpufleet.project import PROJECT_FILE, STATE_DIR_NAME, REPORTS_DIR_NAME
 
@@ -105,14 +110,30 @@ def python_env() -> Path | None:
     return Path(sys.prefix) if sys.prefix != sys.base_prefix else None
 
 
-def _runtime(venv: Path | None, **options: str) -> object:
+def project_venv(target: Path, venv: Path | None) -> str | None:
+    """The `virtualenv` Pulumi.yaml names, relative to the project: `.venv` when gpufleet runs from
+    the project's own `.venv` (what the CI's setup action makes), else none, and Pulumi runs the
+    `python3` on PATH (an activated virtualenv's). An absolute path would tie the project, and its
+    CI, to the machine that ran init."""
+    if venv is None:
+        return None
+    try:
+        return ".venv" if venv.resolve() == (target.resolve() / ".venv") else None
+    except OSError:
+        return None
+
+
+def _runtime(venv: str | None, **options: str) -> object:
     if venv is None:
         return "python"
-    return {"name": "python", "options": {**options, "virtualenv": str(venv)}}
+    return {"name": "python", "options": {**options, "virtualenv": venv}}
 
 
-def project_files(name: str, stack: str, template: dict[str, bytes], venv: Path | None) -> dict[str, bytes]:
-    """The new project, file by file. Pure: the caller reads the template and writes the result."""
+def project_files(name: str, stack: str, template: dict[str, bytes], venv: str | None,
+                  existing_stacks: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """The new project, file by file. Pure: the caller reads the template and writes the result.
+    `existing_stacks` (name -> stack file) are the project's other stacks: the CI pipeline names
+    them all, and only them."""
     stack_file = f"{STACK_CONFIG_DIR}/Pulumi.{stack}.yaml"
     if stack_file not in template:
         shipped = sorted(p.removeprefix(f"{STACK_CONFIG_DIR}/Pulumi.").removesuffix(".yaml")
@@ -129,6 +150,8 @@ def project_files(name: str, stack: str, template: dict[str, bytes], venv: Path 
     files["policies/PulumiPolicy.yaml"] = yaml.safe_dump(policy_pack, sort_keys=False).encode()
     files["policies/__main__.py"] = POLICY_SHIM.encode()
     files[".gitignore"] = GITIGNORE.encode()
+    stacks = {**(existing_stacks or {}), stack: template[stack_file]}
+    files.update(init_ci.workflow_files([init_ci.stack_facts(n, text) for n, text in sorted(stacks.items())]))
     return dict(sorted(files.items()))
 
 
@@ -238,7 +261,8 @@ def init(directory: Path, stack: str, name: str | None, force: tuple[str, ...]) 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ConfigError(f"{name!r} is not a Pulumi project name", field="--name",
                           expected="letters, digits, '-', '_' and '.'")
-    files = project_files(name, stack, read_template(), python_env())
+    files = project_files(name, stack, read_template(), project_venv(directory, python_env()),
+                          _existing_stacks(directory))
     result = write_project(directory, files, force=frozenset(Path(f).as_posix() for f in force))
     for rel in result.replaced:
         click.echo(f"replaced {directory / rel} (--force)", err=True)
@@ -253,6 +277,17 @@ def init(directory: Path, stack: str, name: str | None, force: tuple[str, ...]) 
         for rel in result.added:
             click.echo(f"  added {rel}")
     click.echo(f"next: cd {directory} && gpufleet validate -s {stack} && pulumi stack init {stack}")
+
+
+def _existing_stacks(directory: Path) -> dict[str, bytes]:
+    """The stack files a project already has (adding a stack keeps them in its CI pipeline)."""
+    found: dict[str, bytes] = {}
+    for path in sorted((directory / STACK_CONFIG_DIR).glob("Pulumi.*.yaml")):
+        try:
+            found[path.name.removeprefix("Pulumi.").removesuffix(".yaml")] = path.read_bytes()
+        except OSError:
+            continue
+    return found
 
 
 def _existing_name(directory: Path) -> str | None:

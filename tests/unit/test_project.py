@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from gpufleet.cli import main
 from gpufleet.errors import ConfigError
-from gpufleet.init_project import project_files, read_template, template_member, write_project
+from gpufleet.init_project import project_files, project_venv, read_template, template_member, write_project
 from gpufleet.project import PROJECT_ENV, current_project, find_project, program_project
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -294,10 +294,13 @@ def test_an_init_project_runs_the_packages_program_the_way_pulumi_starts_it(tmp_
     assert len(ran) == 1 and result.registrations and "deployedSlots" in result.outputs
 
 
-def test_init_runtime_uses_the_virtualenv_gpufleet_runs_from():
+def test_init_runtime_names_no_absolute_virtualenv(tmp_path):
+    # issue 23 item 4: an absolute virtualenv path tied the project (and its CI) to one machine
     template = {"stacks/Pulumi.dev.yaml": b"config: {}\n"}
-    with_venv = yaml.safe_load(project_files("p", "dev", template, Path("/opt/venv"))["Pulumi.yaml"])
-    assert with_venv["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "/opt/venv"}}
+    own = project_venv(tmp_path, tmp_path / ".venv")
+    with_venv = yaml.safe_load(project_files("p", "dev", template, own)["Pulumi.yaml"])
+    assert with_venv["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}}
+    assert project_venv(tmp_path, Path("/opt/venv")) is None  # elsewhere: the python3 on PATH
     assert yaml.safe_load(project_files("p", "dev", template, None)["Pulumi.yaml"])["runtime"] == "python"
 
 
