@@ -44,3 +44,43 @@ def test_no_plugin_is_a_missing_tool(tmp_path):
     cmd = _probe("aws_ofi_nccl").replace("/opt/", f"{tmp_path}/opt/")
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
     assert out.returncode == 2 and "No such file or directory" in out.stdout
+
+
+def _rendered(name: str, **overrides):
+    """A preflight play var as Ansible renders it (its Jinja over the play's own vars)."""
+    import jinja2
+
+    play_vars = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]["vars"] | overrides
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["quote"] = __import__("shlex").quote
+
+    def render(value):
+        if isinstance(value, str):
+            for _ in range(5):
+                value = env.from_string(value).render(**play_vars)
+            return value
+        if isinstance(value, list):
+            return [render(v) for v in value]
+        if isinstance(value, dict):
+            return {k: render(v) for k, v in value.items()}
+        return value
+    return render(play_vars[name])
+
+
+def test_the_container_check_uses_the_runtime_the_roles_install():
+    """node-config-review F5: no role installs docker; containerd (and NVIDIA's runtime) they do."""
+    command = next(c for c in _rendered("gpufleet_commands") if c["name"] == "container-gpus.txt")["cmd"]
+    assert "docker" not in command
+    assert "ctr -n k8s.io run --rm --runc-binary=/usr/bin/nvidia-container-runtime" in command
+    assert "--env NVIDIA_VISIBLE_DEVICES=all" in command and command.rstrip().endswith("nvidia-smi -L")
+    assert command.index("images pull") < command.index(" run ")  # the probe image is there before the run
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_the_dcgm_run_is_bounded_by_its_level_and_cleaned_up_after_a_timeout(level):
+    """node-config-review M5: one 3600 s bound cut level 4 (1-2 h by DCGM's guide) short."""
+    from gpufleet.spec import SimDurations
+
+    run = next(c for c in _rendered("gpufleet_commands", gpufleet_dcgm_level=level) if c["name"] == "dcgmi-diag.json")
+    assert int(run["timeout"]) >= 1.5 * SimDurations().dcgm_level[level]
+    assert run["cmd"] == f"dcgmi diag -r {level} -j" and run["on_timeout"] == "systemctl restart nvidia-dcgm"
