@@ -123,3 +123,28 @@ def test_the_window_is_the_simulators_and_real_stacks_keep_their_worker_thread()
     assert sim.window == Window(batches=window_budget(plan).batches_in_flight, fabric_tests=8)
     assert options(spec, None, threaded=True, plan=plan).window is None  # issue 21 item 4: not yet
     assert options(small_spec(pipelining=False), None, threaded=False, plan=plan).window is None
+
+
+def test_a_stack_lowers_the_window_and_bound_b_keeps_the_fabrics_own_limit():
+    """rollout.maxBatchesInFlight / maxFabricTests lower the budget the plan computes; the bound's
+    term (b) still divides by the fabric's derived limit (a chosen figure would make it look close)."""
+    from gpufleet.plan.render import render_summary
+    from gpufleet.rollout.wiring import options
+
+    spec = small_spec(nodes=100, canary=0.1, batch_size=25, maxBatchesInFlight=2, maxFabricTests=1)
+    plan = build_plan(spec)
+    w = options(spec, None, threaded=False, plan=plan).window
+    assert w == Window(batches=2, fabric_tests=1, fabric_physical=False, fabric_limit=8)
+    stages = StackStages(storage=100, network=50, smoke=60)
+    canary = BatchTimes(1, provision=500, configure=800, rest=700, fabric=300)
+    rest = [BatchTimes(k, provision=500, configure=800, rest=700, fabric=300) for k in range(2, 5)]
+    t = timeline([canary, *rest], True, stages, w)
+    canary_end = 100 + 2000 + 50 + 60
+    assert t.bound_fabric_s == canary_end + 3 * 300 / 8  # the fabric's 8, not the setting's 1
+    # the run itself: batch 3's test waits for batch 2's; batch 4 waits for a window slot (batch 2's end)
+    assert t.batch_end_s[1:] == (canary_end + 2000, canary_end + 2000 + 300, canary_end + 2 * 2000)
+    assert t.to_dict()["window"]["fabric_limit"] == 8
+    text = render_summary(plan, spec.rollout.max_batches_in_flight, spec.rollout.max_fabric_tests)
+    assert "2 batch(es) in flight after the canary" in text and "lowered from 8 by the stack" in text
+    assert "test time / 8 (the fabric's limit, not a setting)" in text
+    assert "lowered" not in render_summary(plan)

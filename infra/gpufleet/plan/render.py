@@ -6,7 +6,8 @@ from gpufleet.plan.model import ClusterPlan
 from gpufleet.plan.window import window_budget
 
 
-def render_summary(plan: ClusterPlan) -> str:
+def render_summary(plan: ClusterPlan, max_batches_in_flight: int | None = None,
+                   max_fabric_tests: int | None = None) -> str:
     t, n, s = plan.topology, plan.network, plan.storage
     lines = [
         f"gpufleet plan: {plan.cluster} ({plan.instance_type} in {plan.availability_zone}, schema {plan.schema_version})",
@@ -33,13 +34,14 @@ def render_summary(plan: ClusterPlan) -> str:
         kind = "canary" if b.canary else "batch "
         lines.append(f"  {b.number:>3} {kind} {b.node_count:>4} nodes  blocks {b.blocks[0]}-{b.blocks[-1]}  "
                      f"{plan.nodes[b.first_node].name} .. {plan.nodes[b.last_node].name}")
-    budget = window_budget(plan)
+    budget = window_budget(plan, max_batches_in_flight, max_fabric_tests)
     lines += [
         "Rollout window",
         f"  {budget.describe()}",
         "  time-to-pool lower bound: the larger of (a) acceptance stages + the canary's path + the longest "
         "other batch's path and (b) acceptance stages + the canary's path + the other batches' multi-node "
-        f"test time / {budget.fabric_tests}; `rollout` prints the modelled figure beside it and which binds",
+        f"test time / {budget.fabric_limit} (the fabric's limit, not a setting); `rollout` prints the modelled "
+        "figure beside it and which binds",
         "Network",
         f"  per node  {n.interface_ips_per_node} interface IP(s) + {n.pod_ips_per_node} pod IP(s); "
         f"{n.efa_interfaces_per_node} EFA interfaces",

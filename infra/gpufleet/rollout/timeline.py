@@ -92,6 +92,14 @@ class Window:
     batches: int  # post-canary batches in flight at once
     fabric_tests: int  # of them, multi-node tests at the same time
     fabric_physical: bool = True  # the fabric figure is the derived limit, not a chosen setting
+    # the derived (physical) limit where a stack setting chose fewer fabric tests: bound (b) stays
+    # the physical one, never the chosen figure (which would make the bound look close)
+    fabric_limit: int | None = None
+
+    @property
+    def physical_fabric(self) -> int | None:
+        """The fabric tests the fabric itself takes at once, where known (bound (b)'s divisor)."""
+        return self.fabric_limit or (self.fabric_tests if self.fabric_physical else None)
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,9 @@ class Timeline:
                        bound_fabric_s=None if self.bound_fabric_s is None else round(self.bound_fabric_s, 1),
                        binds=self.binds, window={"batches": self.window.batches,
                                                  "fabric_tests": self.window.fabric_tests,
-                                                 "fabric_physical": self.window.fabric_physical})
+                                                 "fabric_physical": self.window.fabric_physical,
+                                                 **({"fabric_limit": self.window.fabric_limit}
+                                                    if self.window.fabric_limit else {})})
         return out
 
 
@@ -219,9 +229,10 @@ def bounds(batches: Sequence[BatchTimes], stages: StackStages, window: Window | 
         return stages.total, None
     canary = stages.total + batches[0].path
     paths = canary + max((b.path for b in batches[1:]), default=0.0)
-    if window is None or not window.fabric_physical:
+    limit = None if window is None else window.physical_fabric
+    if limit is None:
         return paths, None
-    return paths, canary + sum(b.fabric for b in batches[1:]) / window.fabric_tests
+    return paths, canary + sum(b.fabric for b in batches[1:]) / limit
 
 
 def timeline(batches: Sequence[BatchTimes], pipelining: bool, stages: StackStages = StackStages(),

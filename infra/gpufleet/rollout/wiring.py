@@ -92,9 +92,10 @@ def options(spec: ClusterSpec, until_batch: int | None, threaded: bool, plan: Cl
     r = spec.rollout
     window = None
     if plan is not None and r.pipelining and not threaded:
-        budget = window_budget(plan)
+        budget = window_budget(plan, r.max_batches_in_flight, r.max_fabric_tests)
         window = Window(batches=budget.batches_in_flight, fabric_tests=budget.fabric_tests,
-                        fabric_physical=budget.fabric_is_physical)
+                        fabric_physical=budget.fabric_is_physical,
+                        fabric_limit=None if budget.fabric_is_physical else budget.fabric_limit)
     return Options(until_batch=until_batch, pipelining=r.pipelining, threaded=threaded, window=window,
                    replace_action=r.replace_action, max_failure_rate=r.max_failure_rate,
                    canary_max_failure_rate=r.canary_max_failure_rate,
