@@ -144,7 +144,7 @@ def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(the_plan.model_dump_json(indent=2))
     else:
-        click.echo(render_summary(the_plan))
+        click.echo(render_summary(the_plan, spec.rollout.max_batches_in_flight, spec.rollout.max_fabric_tests))
     if has_errors(the_plan.findings):
         sys.exit(EXIT_CONFIG)
 
