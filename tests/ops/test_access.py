@@ -1,5 +1,6 @@
-"""Per-team access from gpufleet:ops.tenants: Kubernetes Roles, bindings and the LocalQueue-only
-admission policy; Slurm accounts, QOS capped at the partition's GPU quota, AllowAccounts."""
+"""Per-team access from gpufleet:ops.tenants: on Kubernetes the pool's team queues, RBAC and the
+submit-through-queues policy (`gpufleet ops access`); Slurm accounts, QOS capped at the partition's GPU
+quota, AllowAccounts, preemption between the teams' priorities."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import shlex
 from pathlib import Path
 
-import celpy
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -21,57 +21,48 @@ TENANTS = (Tenant(name="vision", partitions=("train", "debug"), members=("ana", 
            Tenant(name="speech", partitions=("train",)))
 
 
-def test_kubernetes_teams_get_roles_only_in_their_partitions_and_no_queue_creation() -> None:
-    objs = acc.kubernetes_objects(TENANTS, ["train", "sim", "debug"])
+def test_the_command_writes_the_pools_team_queues_rbac_and_policy_for_a_kubernetes_stack(tmp_path: Path) -> None:
+    """`ops access` on Kubernetes is the pool's own per-team layout (a namespace, LocalQueue and
+    ClusterQueue `<partition>-<team>`, the team's Role only there, the submit-through-queues policy),
+    not one shared LocalQueue per partition; every Kueue object valid under the shipped CRDs and CEL."""
+    import kubernetes_validate
+
+    from gpufleet.pool.kubernetes.submission_policy import POLICY
+    from tests.pool.kueue_schema import validate_kueue
+    from tests.rollout.project import REPO, make_project
+
+    project = make_project(tmp_path / "project")
+    doc = yaml.safe_load((REPO / "stacks" / "Pulumi.prod.yaml").read_text())
+    doc["config"]["gpufleet:ops"] = {**doc["config"].get("gpufleet:ops", {}), "tenants": [
+        {"name": "vision", "partitions": ["train", "debug"], "quotaUnits": {"train": 50}},
+        {"name": "lang", "partitions": ["train"]}]}
+    (project / "stacks" / "Pulumi.prod.yaml").write_text(yaml.safe_dump(doc))
+    out = CliRunner().invoke(main, ["--project", str(project), "ops", "access", "-s", "prod", "--out", str(tmp_path / "a")])
+    assert out.exit_code == 0, out.output
+    objs = list(yaml.safe_load_all((tmp_path / "a" / "kubernetes-access.yaml").read_text()))
+    by = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs}
+    for ns in ("train-vision", "debug-vision", "train-lang"):
+        assert {("Namespace", None, ns), ("LocalQueue", ns, ns), ("ClusterQueue", None, ns)} <= by, ns
+        assert ("RoleBinding", ns, f"gpufleet-team-{ns.split('-')[1]}") in by
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Role"}
-    assert roles == {("train", "gpufleet-team-vision"), ("debug", "gpufleet-team-vision"), ("train", "gpufleet-team-speech")}
-    binding = next(o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "debug")
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpufleet:vision"}]
-    role = next(o for o in objs if o["kind"] == "Role")
-    queue_rules = [r for r in role["rules"] if "localqueues" in r["resources"]]
-    assert queue_rules and all(set(r["verbs"]) <= {"get", "list", "watch"} for r in queue_rules)
-    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
-    assert [v["expression"] for v in policy["spec"]["validations"]]  # evaluated in the test below
-    labelled = {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"}
-    assert labelled == {"train", "sim", "debug"}
-
-
-def _admits(policy: dict, obj: dict, namespace: str) -> bool:
-    """Every validation of the policy evaluated with cel-python as the API server would (object, namespaceObject)."""
-    env = celpy.Environment()
-    activation = {"object": celpy.json_to_cel(obj),
-                  "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace}})}
-    results = [env.program(env.compile(v["expression"])).evaluate(activation) for v in policy["spec"]["validations"]]
-    assert all(isinstance(r, celpy.celtypes.BoolType) for r in results), results  # no CEL error value
-    return all(bool(r) for r in results)
-
-
-def _job(namespace: str, labels: dict | None, kind: str = "Job") -> dict:
-    meta: dict = {"name": "train-1", "namespace": namespace}
-    if labels is not None:
-        meta["labels"] = labels
-    return {"apiVersion": "batch/v1" if kind == "Job" else "jobset.x-k8s.io/v1alpha2", "kind": kind, "metadata": meta}
-
-
-@pytest.mark.parametrize(("namespace", "labels", "kind", "admitted"), [
-    ("train", {"kueue.x-k8s.io/queue-name": "train"}, "Job", True),
-    ("debug", {"kueue.x-k8s.io/queue-name": "debug", "team": "vision"}, "JobSet", True),
-    ("train", None, "Job", False),  # no labels at all
-    ("train", {"team": "vision"}, "Job", False),  # no queue label
-    ("train", {"kueue.x-k8s.io/queue-name": "debug"}, "Job", False),  # another namespace's queue
-    ("train", {"kueue.x-k8s.io/queue-name": ""}, "JobSet", False),
-    ("debug", {"kueue.x-k8s.io/queue-name": "train"}, "JobSet", False),
-])
-def test_the_admission_policy_admits_only_work_submitted_through_its_namespace_queue(
-        namespace: str, labels: dict | None, kind: str, admitted: bool) -> None:
-    objs = acc.kubernetes_objects(TENANTS, ["train", "sim", "debug"])
-    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
-    assert _admits(policy, _job(namespace, labels, kind), namespace) is admitted
-    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
-    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
-    namespace_object = next(o for o in objs if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace)
-    assert selector.items() <= namespace_object["metadata"]["labels"].items()  # the policy applies there
+    assert roles == {("train-vision", "gpufleet-team-vision"), ("debug-vision", "gpufleet-team-vision"),
+                     ("train-lang", "gpufleet-team-lang")}  # never the partition's or another team's namespace
+    assert ("ValidatingAdmissionPolicy", None, POLICY) in by
+    cq = next(o for o in objs if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "train-vision")
+    gpus = {r["name"]: r["nominalQuota"] for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    assert gpus["nvidia.com/gpu"] == 500  # vision's 50 units of train
+    for o in objs:
+        if o["apiVersion"].startswith("kueue.x-k8s.io/"):
+            validate_kueue(o)
+        else:
+            kubernetes_validate.validate(o, doc["config"].get("gpufleet:pool", {}).get("kubernetesVersion", "1.33"),
+                                         strict=True)
+    teams = json.loads((tmp_path / "a" / "teams.json").read_text())
+    vision_debug = next(t for t in teams if t["namespace"] == "debug-vision")
+    assert vision_debug["group"] == "gpufleet:vision"
+    assert vision_debug["labels"]["kueue.x-k8s.io/queue-name"] == "debug-vision"
+    assert vision_debug["labels"]["kueue.x-k8s.io/priority-class"] == "gpufleet-debug"
+    assert "kueue.x-k8s.io/max-exec-time-seconds" in vision_debug["labels"]  # debug's run-time cap
 
 
 def test_slurm_accounts_qos_capped_at_the_partition_quota_and_allow_accounts() -> None:
@@ -87,7 +78,7 @@ def test_slurm_accounts_qos_capped_at_the_partition_quota_and_allow_accounts() -
 
 def test_a_tenant_naming_an_unknown_partition_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="partition 'gpu'"):
-        acc.kubernetes_objects((Tenant(name="x", partitions=("gpu",)),), ["train"])
+        acc.allow_accounts((Tenant(name="x", partitions=("gpu",)),), ["train"])
     with pytest.raises(ConfigError, match="twice"):
         acc.allow_accounts((TENANTS[1], TENANTS[1]), ["train"])
 

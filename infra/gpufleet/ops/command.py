@@ -257,28 +257,45 @@ def readmit(ctx: click.Context, stack: str | None, slot: str, reason: str, force
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the access objects (Kubernetes) or the sacctmgr commands and AllowAccounts (Slurm).")
 def access(stack: str, out: Path) -> None:
-    """Write per-team access to the partitions from gpufleet:ops.tenants (nothing is applied)."""
+    """Write per-team access to the partitions from gpufleet:ops.tenants (nothing is applied).
+
+    Kubernetes: what the pool applies for the teams (`gpufleet.pool.kubernetes`): per team queue
+    `<partition>-<team>` its namespace, LocalQueue, ClusterQueue, Role and RoleBinding, and the policy
+    holding every Job to its namespace's queue; teams.json says the labels a team's Job carries.
+    Slurm: the sacctmgr script `gpufleet pool access apply` runs (what an empty slurmdbd lacks)."""
     import shlex
 
-    from gpufleet import catalog
     from gpufleet.plan import access as acc
     from gpufleet.plan import build_plan
-    from gpufleet.pool.kubernetes.manifests import partition_queues
 
     project, spec = _context(stack)
     if not spec.ops.tenants:
         raise UsageError(f"stack {stack!r} declares no tenants", field="gpufleet:ops.tenants",
                          expected="a list of {name, partitions, members}")
     plan = build_plan(spec)
-    queues = partition_queues(plan, catalog.get(spec.cluster.instance_type))
-    names = [q.partition for q in queues]
+    names = [p.name for p in plan.partitions]
+    acc.check_tenants(spec.ops.tenants, names)
     if spec.pool.type == "kubernetes":
-        docs = acc.kubernetes_objects(spec.ops.tenants, names)
+        from gpufleet.pool.kubernetes import queues as q
+        from gpufleet.pool.kubernetes.submission_policy import submission_policy
+        from gpufleet.pool.kubernetes.team_access import team_access, team_group
+
+        teams = [t for t in q.queue_layout(spec, plan, spec.cluster.instance) if t.team is not None]
+        borrow = spec.pool.kueue_cohort_borrowing
+        docs: list[dict] = []
+        for t in teams:
+            docs += [q.namespace(t), q.local_queue(t), q.cluster_queue(t, names, borrow), *team_access([t])]
+        docs += submission_policy()
         _write(out / "kubernetes-access.yaml", yaml.safe_dump_all(docs, sort_keys=False))
-        click.echo(f"{out / 'kubernetes-access.yaml'}: {len(docs)} objects")
+        summary = [{"team": t.team, "group": team_group(t.team or ""), "partition": t.partition, "namespace": t.namespace,
+                    "units": t.units, "gpus": t.gpus, "labels": q.submission_labels(t)} for t in teams]
+        _write(out / "teams.json", json.dumps(summary, indent=2))
+        click.echo(f"{out / 'kubernetes-access.yaml'}: {len(docs)} objects; {out / 'teams.json'}: {len(teams)} team queues")
         return
-    quotas = [acc.PartitionQuota(q.partition, q.gpus) for q in queues]
-    cmds = acc.sacctmgr_commands(spec.ops.tenants, quotas, spec.cluster.name)
+    from gpufleet.pool.slurm.access_apply import partition_quotas
+
+    cmds = acc.sacctmgr_commands(spec.ops.tenants, partition_quotas(plan), spec.cluster.name,
+                                 preemption=spec.pool.preemption != "off")
     _write(out / "sacctmgr.sh", "#!/bin/sh\nset -e\n" + "\n".join(shlex.join(c) for c in cmds) + "\n")
     allow = acc.allow_accounts(spec.ops.tenants, names)
     _write(out / "allow-accounts.json", json.dumps(allow, indent=2))  # slurm.conf AllowAccounts= per partition
