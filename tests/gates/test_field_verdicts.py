@@ -513,6 +513,19 @@ def test_the_gate_command_reads_a_v3_json_with_unchecked_and_garbage_without_cra
     assert v3["nccl.intra.correctness"]["verdict"] == "PASS" and v3["nccl.intra.busbw"]["measured"] == "487.09 GB/s"
     garbled = {c["check_id"]: c for c in records["garbled"]["checks"]}
     assert garbled["nccl.intra.busbw"]["verdict"] == "PASS"  # the cut -J has no rows: the text table is judged
+    cut = garbled[f"readable.{B.NCCL_INTRA_JSON}"]  # and the -J that does not read is said, not dropped
+    assert (cut["verdict"], cut["reason_code"]) == ("REMEDIATE", "unreadable-nccl-all-reduce-intra")
+    assert f"readable.{B.NCCL_INTRA_JSON}" not in v3 and f"readable.{B.NCCL_INTRA}" not in v3
+
+
+def test_a_j_file_the_collector_could_not_write_is_not_a_problem():
+    """nccl-tests < 2.17.3 has no -J: the collector leaves its one-line note and exit 3; the text is judged."""
+    from gpufleet.gates.bundle import FileRecord
+    note = "no -J output: this all_reduce_perf has no --output_file (nccl-tests < 2.17.3) or the run wrote none\n"
+    files = {B.NCCL_INTRA: read_real("nccl_all_reduce_perf__2x_p5__aws_readme.txt"), B.NCCL_INTRA_JSON: note}
+    records = {B.NCCL_INTRA_JSON: FileRecord(command="cat .nccl-all-reduce-intra.json", exit_code=3)}
+    ev = NodeEvidence(Bundle(path="/mem/n0", manifest=Manifest(slot="n0", files=records), files=files))
+    assert [c.check_id for c in check_readable(ev, P5S) if c.check_id.startswith("readable.nccl")] == []
 
 
 # --- lspci: an empty or failed listing is not "0 EFA devices" ---------------------------------
@@ -552,3 +565,15 @@ def test_a_real_shaped_lspci_without_efa_is_still_efa_missing():
     res = check_efa(_ev({B.LSPCI_EFA: text}), P4D)
     assert (res[0].verdict, res[0].reason_code) == (Verdict.QUARANTINE, "efa-missing")
     assert "unreadable-lspci-efa" not in _codes(check_readable(_ev({B.LSPCI_EFA: text}), P4D))
+
+
+def test_an_xml_q_where_the_text_q_was_expected_is_unreadable_not_zero_gpus():
+    """`nvidia-smi -q -x` (the nvsmi_device DTD's document) in nvidia-smi-q.txt: no GPU verdict, a retest."""
+    xml = ('<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+           "\t<driver_version>580.159.04</driver_version>\n\t<attached_gpus>8</attached_gpus>\n"
+           '\t<gpu id="00000000:53:00.0">\n\t\t<product_name>NVIDIA H100 80GB HBM3</product_name>\n\t</gpu>\n'
+           "</nvidia_smi_log>\n")
+    ev = _ev({B.SMI_Q: xml})
+    assert [(r.verdict, r.reason_code) for r in check_gpu_count(ev, P5S)] == \
+        [(Verdict.REMEDIATE, "unreadable-nvidia-smi-q")]
+    assert "unreadable-nvidia-smi-q" in _codes(check_readable(ev, P5S))

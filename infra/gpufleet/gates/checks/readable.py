@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.checks.evidence import NodeEvidence
-from gpufleet.gates.parsers import efa, nvidia_smi
+from gpufleet.gates.parsers import efa, nccl_tests, nvidia_smi
 from gpufleet.gates.parsers.common import ERROR_SENTINELS, missing_tool
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, Verdict, check_result
@@ -68,8 +68,24 @@ def file_problems(ev: NodeEvidence, name: str) -> tuple[str, ...]:
         v = ev.versions
         return tuple(p for p in v.problems if ":" not in p.split(" ", 1)[0]) if v is not None else ()
     if name in (B.NCCL_INTRA, B.NCCL_INTRA_JSON):
-        return ev.intra_problems if ev.intra_source == name else ()
+        return ev.intra_problems if ev.intra_source == name else _unjudged_intra_problems(ev, name)
     return ()
+
+
+def _unjudged_intra_problems(ev: NodeEvidence, name: str) -> tuple[str, ...]:
+    """The problems of the intra-node file the check did not judge (the text table when the -J
+    document has rows, the -J document when the text was judged instead): one output of a
+    run that reads and one that does not must not let the readable one silently win. Not said
+    when the run failed (its own result says so) or when the collector recorded no -J (exit 3)."""
+    f, run = ev.bundle.get(name), ev.bundle.get(B.NCCL_INTRA)
+    if not f.collected or f.exit_code not in (None, 0) or run.exit_code not in (None, 0) or not f.text.strip():
+        return ()
+    if missing_tool(f.text, f.exit_code) is not None:
+        return ()
+    res = nccl_tests.parse_json(f.text) if name == B.NCCL_INTRA_JSON else nccl_tests.parse_text(f.text)
+    extra = (f"{len(res.unparsed)} result line(s) in no known layout: {res.unparsed[0][:80]!r}",) \
+        if res.unparsed else ()
+    return tuple(p for p in res.problems if p != "no result rows" or name == B.NCCL_INTRA_JSON) + extra
 
 
 def _kernel_problems(ev: NodeEvidence) -> tuple[str, ...]:
