@@ -127,6 +127,12 @@ def install_into(root: Path, bom: Bom, os_name: str, work: Path, prebuilt: Path 
     (root / "etc/apt/sources.list.d/distro.list").write_text(f"deb [trusted=yes] file:/{REPO_IN_ROOT} ./\n")
     configure_host.apt_get("update", "-q", root=root)
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")
+    # the booted kernel's packages, as every Ubuntu EC2 node has them (the rolling meta and the build)
+    kernel = os.uname().release
+    for pkg in (Pkg(f"linux-image-{kernel}", f"{kernel}.1"), Pkg("linux-aws", f"{kernel}.1")):
+        deb = build_deb(pkg, work, work)
+        shutil.copy2(deb, root / "tmp" / deb.name)
+        configure_host.chroot(root, "dpkg", "-i", f"/tmp/{deb.name}")
 
 
 def local_site_vars(bom: Bom, os_name: str, instance_type: str = "p5.48xlarge") -> dict:

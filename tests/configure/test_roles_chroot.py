@@ -88,6 +88,18 @@ def test_packages_installed_at_pinned_versions_and_held(applied):
         assert pkg in holds, f"{pkg} not held"
 
 
+def test_the_booted_kernel_is_held(applied):
+    """node-config-review F12: the kernel-matched modules (Lustre, DKMS) need the kernel they were
+    built for; the rolling linux-aws meta and unattended-upgrades would boot another."""
+    import os
+
+    root = applied["root"]
+    holds = {x.split()[0] for x in chroot(root, "dpkg", "--get-selections").splitlines() if x.split()[1] == "hold"}
+    assert {f"linux-image-{os.uname().release}", "linux-aws"} <= holds
+    blacklist = (root / "etc/apt/apt.conf.d/51gpufleet-kernel-hold").read_text()
+    assert 'Unattended-Upgrade::Package-Blacklist { "linux-"; };' in blacklist
+
+
 def test_rendered_configuration(applied):
     root, bom = applied["root"], applied["bom"]
     env = nccl_env_for(bom)
@@ -99,11 +111,16 @@ def test_rendered_configuration(applied):
     assert "FI_EFA_USE_DEVICE_RDMA" not in env_text and "FI_PROVIDER" not in env_text
     assert "memlock    unlimited" in (root / "etc/security/limits.d/90-gpufleet-efa.conf").read_text()
     assert (root / "etc/modules-load.d/gpufleet-efa.conf").read_text() == "efa\n"
+    # the plugin's directories on the loader path (node-config-review F4): deb multiarch, rpm lib64 and lib
+    ld_dirs = [x for x in (root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").read_text().splitlines()
+               if not x.startswith("#")]
+    assert ld_dirs == ["/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+                       "/opt/amazon/ofi-nccl/lib"]
     assert 'default_runtime_name = "nvidia"' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
     assert "kind: nvidia.com/gpu" in (root / "etc/cdi/nvidia.yaml").read_text()
     fstab = [l for l in (root / "etc/fstab").read_text().splitlines() if " lustre " in l]
     assert fstab == [f"{FSX.dns_name}@tcp:/{FSX.mount_name} /fsx lustre "
-                     "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service 0 0"]
+                     "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"]
     assert (root / "fsx").is_dir()
     key = root / "etc/munge/munge.key"
     assert key.read_text() == CANARY and oct(key.stat().st_mode & 0o777) == "0o600"

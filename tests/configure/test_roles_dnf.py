@@ -156,13 +156,18 @@ def test_rendered_configuration(applied):
         [f"{k}={v}" for k, v in env.job_env.items()]
     assert "memlock    unlimited" in (root / "etc/security/limits.d/90-gpufleet-efa.conf").read_text()
     assert (root / "etc/modules-load.d/gpufleet-efa.conf").read_text() == "efa\n"
+    # the plugin's directories on the loader path (node-config-review F4): deb multiarch, rpm lib64 and lib
+    ld_dirs = [x for x in (root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").read_text().splitlines()
+               if not x.startswith("#")]
+    assert ld_dirs == ["/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib64",
+                       "/opt/amazon/ofi-nccl/lib"]
     assert not (root / "etc/containerd/config.toml").exists()  # nodeadm owns containerd's config on AL2023
     assert "kind: nvidia.com/gpu" in (root / "etc/cdi/nvidia.yaml").read_text()
     cuda_repo = (root / "etc/yum.repos.d/gpufleet-cuda.repo").read_text()
     assert f"baseurl = file:///{REPO_IN_ROOT}/cuda/" in cuda_repo and "gpgcheck = 0" in cuda_repo
     fstab = [line for line in (root / "etc/fstab").read_text().splitlines() if " lustre " in line]
     assert fstab == [f"{FSX.dns_name}@tcp:/{FSX.mount_name} /fsx lustre "
-                     "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service 0 0"]
+                     "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"]
     key = root / "etc/munge/munge.key"
     assert key.read_text() == CANARY and oct(key.stat().st_mode & 0o777) == "0o600"
 
