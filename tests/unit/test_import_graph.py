@@ -20,7 +20,7 @@ import gpufleet
 # a command module (`command.py`, `*_command.py`: a click subcommand of `gpufleet`, which parses
 # options and composes the layers as cli.py does) is in the cli layer, whichever package holds it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("__init__", "errors", "findings", "durable", "tagging", "masking", "strict_yaml")),
+    ("foundation", ("__init__", "errors", "findings", "durable", "tagging", "masking", "strict_yaml", "envelope")),
     ("facts", ("catalog", "catalog_prices", "spec", "project", "bom", "bom_record", "policies", "aws_rules",
                "vendor_releases")),
     ("plan", ("plan", "ports")),
