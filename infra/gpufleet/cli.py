@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_GATE, EXIT_DRIFT = 0, 1, 2, 3, 4
 # Every JSON document a command prints carries `schema_version` (snake_case, like plan and admission records).
-VALIDATE_SCHEMA_VERSION = "1"
+VALIDATE_SCHEMA_VERSION = 2  # 2: an integer, in the envelope (gpufleet.envelope); it was the string "1"
 
 
 class _Group(click.Group):
@@ -121,12 +121,13 @@ def validate(stack: str, stacks_dir: Path | None, cloud: bool, as_json: bool) ->
 
 def _validate_document(stack: str, *, errors: Sequence[ConfigError] = (), findings: Sequence[Finding] = ()) -> dict:
     """`validate --json`: schema errors (the file is unusable) or the findings, in one shape."""
-    return {
-        "schema_version": VALIDATE_SCHEMA_VERSION,
-        "stack": stack,
-        "errors": [{"file": e.path, "field": e.field, "message": e.message, "expected": e.expected} for e in errors],
+    from gpufleet.envelope import envelope
+
+    return envelope("validate", stack, {
+        "errors": [{"file": e.path, "line": e.line, "field": e.field, "message": e.message, "expected": e.expected}
+                   for e in errors],
         "findings": [f.model_dump(mode="json") for f in findings],
-    }
+    }, schema_version=VALIDATE_SCHEMA_VERSION)
 
 
 @main.command()
@@ -142,7 +143,10 @@ def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     spec = _load(stack, stacks_dir)
     the_plan = plan_stack(spec)
     if as_json:
-        click.echo(the_plan.model_dump_json(indent=2))
+        from gpufleet.envelope import dumps, envelope
+
+        body = the_plan.model_dump(mode="json")
+        click.echo(dumps(envelope("plan", stack, body, schema_version=body.pop("schema_version"))))
     else:
         click.echo(render_summary(the_plan, spec.rollout.max_batches_in_flight, spec.rollout.max_fabric_tests))
     if has_errors(the_plan.findings):

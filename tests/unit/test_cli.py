@@ -42,7 +42,7 @@ def test_plan_json_has_schema_version_and_the_seed_numbers():
     result = run("plan", "-s", "local", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert doc["schema_version"] == "1"
+    assert (doc["schema_version"], doc["kind"], doc["stack"]) == (2, "plan", "local")  # the envelope (issue 23 item 8)
     assert (doc["topology"]["nodes"], doc["topology"]["blocks"], doc["topology"]["units"]) == (125, 25, 100)
     assert len(doc["nodes"]) == 125 and doc["batches"][0]["canary"]
 
@@ -58,7 +58,7 @@ def test_validate_clean_stack_exits_0_and_json_lists_findings():
     result = run("validate", "-s", "dev", "--json")
     assert result.exit_code == 0
     doc = json.loads(result.output)
-    assert (doc["schema_version"], doc["stack"], doc["errors"]) == ("1", "dev", [])
+    assert (doc["schema_version"], doc["kind"], doc["stack"], doc["errors"]) == (2, "validate", "dev", [])
     assert doc["findings"] and all({"level", "code", "field", "message"} <= set(f) for f in doc["findings"])
 
 
@@ -68,7 +68,7 @@ def test_validate_json_prints_schema_errors_as_a_json_document(tmp_path):
     result = run("validate", "-s", "bad", "--stacks-dir", str(tmp_path), "--json")
     assert result.exit_code == 2, result.output
     doc = json.loads(result.output)
-    assert doc["schema_version"] == "1" and doc["findings"] == []
+    assert doc["schema_version"] == 2 and doc["findings"] == []
     by_field = {e["field"]: e for e in doc["errors"]}
     assert {"gpufleet:cluster.targetGpus", "gpufleet:cluster.colour"} <= set(by_field)
     assert all(e["file"].endswith("Pulumi.bad.yaml") and e["message"] for e in doc["errors"])

@@ -259,7 +259,7 @@ def test_plan_json_round_trips_with_schema_version():
 
     plan = build_plan(load_stack("local"))
     again = ClusterPlan.model_validate_json(plan.model_dump_json())
-    assert again == plan and again.schema_version == "1"
+    assert again == plan and again.schema_version == 2
 
 
 def test_rollout_target_past_last_batch_is_reported():

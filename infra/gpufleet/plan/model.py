@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpufleet.findings import Finding
 
-PLAN_SCHEMA_VERSION = "1"
+PLAN_SCHEMA_VERSION = 2  # 2: an integer (the string "1" before issue 23 item 8)
 
 
 class _Frozen(BaseModel):
@@ -143,7 +143,7 @@ class MemoryFit(_Frozen):
 
 
 class ClusterPlan(_Frozen):
-    schema_version: str = PLAN_SCHEMA_VERSION
+    schema_version: int = PLAN_SCHEMA_VERSION
     cluster: str
     region: str
     availability_zone: str
