@@ -59,6 +59,7 @@ def node_stack(bom: Bom, os_name: str, kernel: str) -> list[Pkg]:
         Pkg("slurmd", f"{o.slurm}-1gpufleet1"),
         Pkg("slurm-client", f"{o.slurm}-1gpufleet1"),
         Pkg("libpmix2", "5.0.1-4"),
+        Pkg("gcc-12", "12.3.0-1ubuntu1~22.04"),  # jammy-updates' gcc-12, the 6.x AWS kernels' compiler
         # an older driver too, so the pin (not "newest wins") is what picks the version
         Pkg(f"nvidia-driver-{br}-open", f"{br}.999.99-0ubuntu1"),
     ]
@@ -129,6 +130,10 @@ def install_into(root: Path, bom: Bom, os_name: str, work: Path, prebuilt: Path 
     shutil.copy2(FIXTURES / "aws", root / "usr/local/bin/aws")
     # the booted kernel's packages, as every Ubuntu EC2 node has them (the rolling meta and the build)
     kernel = os.uname().release
+    # its config names its compiler as Ubuntu 22.04's 6.8 AWS kernels' /boot/config-* do
+    (root / "boot").mkdir(exist_ok=True)
+    (root / "boot" / f"config-{kernel}").write_text(
+        'CONFIG_CC_VERSION_TEXT="x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0"\nCONFIG_CC_IS_GCC=y\n')
     for pkg in (Pkg(f"linux-image-{kernel}", f"{kernel}.1"), Pkg("linux-aws", f"{kernel}.1")):
         deb = build_deb(pkg, work, work)
         shutil.copy2(deb, root / "tmp" / deb.name)

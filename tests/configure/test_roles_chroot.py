@@ -100,6 +100,14 @@ def test_the_booted_kernel_is_held(applied):
     assert 'Unattended-Upgrade::Package-Blacklist { "linux-"; };' in blacklist
 
 
+def test_dkms_builds_with_the_kernels_compiler(applied):
+    """node-config-review F10: Ubuntu 22.04's 6.8 AWS kernel is built with gcc-12, jammy's cc is gcc-11."""
+    root = applied["root"]
+    assert "export CC=gcc-12" in (root / "etc/dkms/framework.conf").read_text()
+    status = chroot(root, "dpkg-query", "-W", "-f", "${Status}", "gcc-12")
+    assert status.endswith("installed")
+
+
 def test_rendered_configuration(applied):
     root, bom = applied["root"], applied["bom"]
     env = nccl_env_for(bom)
