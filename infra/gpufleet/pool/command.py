@@ -17,7 +17,7 @@ from gpufleet.errors import UsageError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = 2  # 2: an integer in the envelope (gpufleet.envelope); 1 was the string "1"
 STATES = [s.value for s in NodeState]
 
 
@@ -45,9 +45,9 @@ def summarize(plan: ClusterPlan, state: PoolState, stack: str, pool_kind: str) -
     def listing(s: NodeState) -> list[dict[str, Any]]:
         return [_node_doc(n) for n in sorted(state.by_state(s), key=lambda n: n.slot)]
 
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "stack": stack,
+    from gpufleet.envelope import envelope
+
+    return envelope("pool", stack, {
         "pool": pool_kind,
         "planned_nodes": len(plan.nodes),
         "counts": {s: sum(1 for n in nodes if n.state.value == s) for s in STATES},
@@ -59,7 +59,7 @@ def summarize(plan: ClusterPlan, state: PoolState, stack: str, pool_kind: str) -
         "blocks": {str(b): {s: c[s] for s in STATES if c[s]} for b, c in sorted(by_block.items())},
         "quarantined": listing(NodeState.QUARANTINED),
         "blacklisted": listing(NodeState.BLACKLISTED),
-    }
+    }, schema_version=SCHEMA_VERSION)
 
 
 def _node_doc(n: PoolNode) -> dict[str, Any]:
