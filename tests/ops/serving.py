@@ -3,6 +3,7 @@ stack (crash40: 40 admitted nodes, all in partition train)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -76,11 +77,11 @@ class Served:
         return log
 
 
-@pytest.fixture
-def served(fleet_base: Path, tmp_path: Path, serve_args: list[str], serve_env: dict[str, str]) -> Iterator[Served]:
-    project = copy_project(fleet_base, tmp_path / "project")
-    token = write_token(project).read_text().strip()
-    port, log = free_port(), tmp_path / "serve.log"
+@contextlib.contextmanager
+def start(project: Path, log: Path, serve_args: list[str], serve_env: dict[str, str]) -> Iterator[Served]:
+    """`gpufleet ops serve` on `project` (which has a token) as a process, until the block ends."""
+    token = (state_dir(project) / "webhook.token").read_text().strip()
+    port = free_port()
     env = dict(os.environ, GPUFLEET_ACTOR="ops-test", **serve_env)
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from gpufleet.cli import main; main()", "--project", str(project), "ops", "serve", "-s", STACK,
@@ -107,3 +108,9 @@ def served(fleet_base: Path, tmp_path: Path, serve_args: list[str], serve_env: d
             proc.kill()
 
 
+@pytest.fixture
+def served(fleet_base: Path, tmp_path: Path, serve_args: list[str], serve_env: dict[str, str]) -> Iterator[Served]:
+    project = copy_project(fleet_base, tmp_path / "project")
+    write_token(project)
+    with start(project, tmp_path / "serve.log", serve_args, serve_env) as s:
+        yield s
