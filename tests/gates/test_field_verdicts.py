@@ -577,3 +577,14 @@ def test_an_xml_q_where_the_text_q_was_expected_is_unreadable_not_zero_gpus():
     assert [(r.verdict, r.reason_code) for r in check_gpu_count(ev, P5S)] == \
         [(Verdict.REMEDIATE, "unreadable-nvidia-smi-q")]
     assert "unreadable-nvidia-smi-q" in _codes(check_readable(ev, P5S))
+
+
+@pytest.mark.parametrize("text", ["", "timeout: the monitored command dumped core\n", "mount: /fsx 10.0.1.23@tcp:/x\n"])
+def test_a_lustre_check_without_the_collectors_two_lines_is_unreadable_not_unmounted(text):
+    """Before: lustre-check.txt's problems were dropped and any cut or failed run said "not mounted"."""
+    from gpufleet.gates.checks.storage import check_lustre
+    s = GateSettings(instance_type="p5.48xlarge", expect_lustre=True)
+    [r] = check_lustre(_ev({B.LUSTRE: text}), s)
+    assert (r.verdict, r.reason_code) == (Verdict.REMEDIATE, "unreadable-lustre-check")
+    [ok] = check_lustre(_ev({B.LUSTRE: "mount: \nwritable: no\n"}), s)  # the collector's own "no mount"
+    assert ok.reason_code == "lustre-unmounted"
