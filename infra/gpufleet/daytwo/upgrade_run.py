@@ -236,6 +236,7 @@ class Upgrader:
                               "record": r.model_dump(mode="json") if r else None}
             d.journal.append({"type": "upgrade", "to": "group-started", "group": g.number, "previous": prev})
         if g.stage == "started":
+            self.previous_boms([g])  # a group whose way back cannot be read is never drained
             holding = self._drain(g.slots)
             if holding:
                 self._readmit_previous(g)
@@ -272,8 +273,11 @@ class Upgrader:
                 return
             self._roll_back(g)
             kind = "the canary group" if g.number == 1 else f"group {g.number}"
-            d.journal.append({"type": "upgrade", "to": "halted",
-                              "reason": f"{kind} failed and was rolled back to its previous version: {g.reason}"})
+            failed = self.state.groups[g.number].failed if self.state is not None else {}
+            back = ("was rolled back to its previous version" if not failed else
+                    "could not be rolled back on " + "; ".join(f"{s}: {f.get('reason')}" for s, f in sorted(failed.items()))
+                    + " (quarantined)")
+            d.journal.append({"type": "upgrade", "to": "halted", "reason": f"{kind} failed and {back}: {g.reason}"})
 
     def _drain(self, slots: Sequence[str]) -> list[str]:
         """Take the nodes out of new work (the pool's pending state: Slurm DRAIN, the gate taint), then
@@ -366,6 +370,36 @@ class Upgrader:
         d.advance(v.seconds)
         return v
 
+    def previous_boms(self, groups: Sequence[GroupState]) -> dict[str, Bom]:
+        """Each BOM these groups would roll back to, read and checked against its digest now, before
+        any of their nodes is drained: an unreadable, damaged or missing copy stops here, naming the
+        file (a rollback that found it out after the drain would leave the group quarantined)."""
+        d, up = self.d, self.state
+        assert up is not None
+        out: dict[str, Bom] = {}
+        for g in groups:
+            for slot, p in sorted(g.previous.items()):
+                digest = p.get("bom_digest")
+                if digest is None or digest in out:
+                    continue
+                rel = up.previous.get(digest)
+                if rel is None:
+                    raise ConfigError(f"group {g.number}'s previous BOM {digest[:19]} (of {slot}) is not in the "
+                                      "upgrade's journal; no node was drained", field="previous",
+                                      expected="the BOM every node ran when the upgrade started")
+                path = d.state_dir / rel
+                try:
+                    bom = load_bom(path)
+                except (ConfigError, OSError, ValueError) as exc:
+                    raise ConfigError(f"group {g.number}'s previous BOM cannot be read ({exc}); no node was drained",
+                                      path=str(path), expected=f"the kept BOM with digest {digest[:19]}") from None
+                if bom.digest() != digest:
+                    raise ConfigError(f"group {g.number}'s previous BOM hashes to {bom.digest()[:19]}, not the "
+                                      f"{digest[:19]} its nodes ran; it was changed after it was kept; no node was "
+                                      "drained", path=str(path), expected=f"the kept BOM with digest {digest[:19]}")
+                out[digest] = bom
+        return out
+
     def _readmit_previous(self, g: GroupState) -> None:
         for slot, p in sorted(g.previous.items()):
             if p.get("record"):
@@ -386,8 +420,9 @@ class Upgrader:
         for slot, p in g.previous.items():
             by_digest.setdefault(p["bom_digest"], []).append(slot)
         records, failed, seconds = {}, {}, 0.0
+        boms = self.previous_boms([g])
         for digest, slots in sorted(by_digest.items()):
-            bom = load_bom(d.state_dir / up.previous[digest])
+            bom = boms[digest]
             v = self.gate(sorted(slots), bom, f"group-{g.number}-rollback")
             seconds += v.seconds
             for slot, r in v.admit.items():
@@ -407,6 +442,7 @@ class Upgrader:
         if up is None:
             raise UsageError("this stack has no upgrade to roll back", field="--rollback",
                              expected="an upgrade in the day-two journal")
+        self.previous_boms([g for g in up.groups.values() if g.stage == "admitted"])  # before any drain
         if up.stage != "rolling-back":
             self.d.journal.append({"type": "upgrade", "to": "rollback-started", "who": self.d.who})
         undone: list[int] = []
@@ -423,6 +459,12 @@ class Upgrader:
                                    "(rerun `gpufleet upgrade --rollback`)", halted=True, groups_done=undone)
             self._roll_back(g)
             undone.append(n)
+            failed = self.state.groups[n].failed if self.state is not None else {}
+            if failed:  # a downgrade that did not happen (a version gone from the repository): stop here
+                why = "; ".join(f"{s}: {f.get('reason_code')}: {f.get('reason')}" for s, f in sorted(failed.items()))
+                return Outcome(up, f"rollback of group {n} failed on {len(failed)} node(s), now quarantined ({why}); "
+                                   "the groups before it stay upgraded (fix the cause, then rerun "
+                                   "`gpufleet upgrade --rollback`)", halted=True, groups_done=undone)
         self.d.journal.append({"type": "upgrade", "to": "rolled-back"})
         return Outcome(up, f"rolled back {len(undone)} group(s) to their previous version", groups_done=undone)
 
