@@ -38,6 +38,8 @@ LAYER_STAMP = f"{BASE_STAMP} | al2023 dnf layer: {' '.join(LAYER_PACKAGES)} v2"
 VERSIONLOCK_FILES = ("usr/lib/python3/dist-packages/dnf-plugins/versionlock.py",
                      "etc/dnf/plugins/versionlock.conf")
 DIST = "amzn2023"
+# an AL2023 kernel release as uname -r prints it (the chroot runs the host's kernel, named otherwise)
+AL2023_KERNEL = "6.1.141-155.222.amzn2023.x86_64"
 
 
 @dataclass
@@ -79,6 +81,9 @@ def node_stack(bom: Bom, os_name: str, plugin_dir: Path) -> list[Rpm]:
         Rpm("amazonlinux", "slurm", o.slurm, "1"),  # stands in for the site's build of the BOM's pin
         Rpm("amazonlinux", "slurm-slurmd", o.slurm, "1"),
         Rpm("amazonlinux", "pmix", "4.2.9", "1"),
+        # the running kernel's build (AL2023_KERNEL): what DKMS builds against
+        *[Rpm("amazonlinux", n, *AL2023_KERNEL.rsplit(".", 1)[0].split("-", 1))
+          for n in ("kernel-devel", "kernel-headers", "kernel-modules-extra")],
         # NVIDIA's CUDA repository (drivers carry epoch 3 there)
         Rpm("cuda", "nvidia-driver", drv, f"1.{DIST}", 3),
         Rpm("cuda", "nvidia-driver-cuda", drv, f"1.{DIST}", 3, {"usr/bin/nvidia-smi": FIXTURES / "nvidia-smi"}),
@@ -256,5 +261,8 @@ def local_site_vars(bom: Bom, os_name: str, urls: dict[str, str], lustre: Lustre
         "container_runtime_rpm_repo_url": urls["libnvidia-container"], "container_runtime_repo_key_url": "",
         "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
         "container_runtime_generate_cdi": True,
+        "nvidia_driver_kernel": AL2023_KERNEL,
+        # these local repositories carry no module metadata (modules.yaml): no stream to enable
+        "nvidia_driver_dnf_module_stream": "",
     }
     return ev

@@ -23,7 +23,7 @@ from gpufleet.configure.extravars import LustreMount
 from gpufleet.configure.inventory import Node
 from gpufleet.configure.nccl_env import nccl_env_for
 from gpufleet.configure.runner import AnsibleConfigurator, Verdict
-from rpm_fixture_repo import REPO_IN_ROOT, install_into, local_site_vars
+from rpm_fixture_repo import AL2023_KERNEL, REPO_IN_ROOT, install_into, local_site_vars
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
 
@@ -125,6 +125,14 @@ def test_packages_installed_at_pinned_versions(applied):
     assert rpms["lustre-client"].startswith(f"0:{v['lustre_client']}-")
     assert rpms["libnccl-ofi"].startswith(f"0:{v['aws_ofi_nccl']}-")  # through the EFA installer
     assert "munge" in rpms and "python3-dnf-plugin-versionlock" in rpms
+
+
+def test_dkms_gets_the_running_kernels_devel_and_headers(applied):
+    """node-config-review F8: without them dnf takes the newest kernel-devel, maybe not the booted one."""
+    rpms = _rpms(applied["root"])
+    build = AL2023_KERNEL.removesuffix(".x86_64")
+    for name in ("kernel-devel", "kernel-headers", "kernel-modules-extra"):
+        assert rpms[name] == f"0:{build}", name
 
 
 def test_versionlock_holds_the_stack(applied):
