@@ -14,8 +14,11 @@ def test_preview_json_counts_instances_by_batch():
     result = CliRunner().invoke(main, ["preview", "-s", "dev", "--offline", "--json", "--target-batch", "1"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["instancesByBatch"] == {"1": 1} and report["deployedBatches"] == 1
-    assert report["mandatoryViolations"] == 0
+    # dev's canary holds both nodes (sized for the smoke job's 2): one batch
+    assert report["instances_by_batch"] == {"1": 2} and report["deployed_batches"] == 1
+    assert report["mandatory_violations"] == 0
+    assert (report["schema_version"], report["kind"], report["stack"]) == (2, "preview", "dev")
+    assert report["storage"]["deployment_type"] and "deploymentType" not in report["storage"]
     assert {i["type"] for i in report["interfaces"]["p5.48xlarge"]} == {"interface", "efa-only"}
 
 
