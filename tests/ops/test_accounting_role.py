@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from gpufleet.plan import build_plan
-from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.pool.slurm.conf import LocalFlavour, generate, partition_qos_names
 from gpufleet.pool.slurm.local import slurm_version
 from tests.ops.test_monitoring_roles import _after
 from tests.ops.test_slurm_accounting import _free_port, _install, _listening, _start_mariadb, _stop, _stack, _wait
@@ -135,7 +135,8 @@ def test_the_check_run_fails_nothing_and_only_plans_what_needs_the_live_host(che
             "Tune InnoDB for slurmdbd"} <= ran
     # the steps that need the live host (and its secret) never run in a check
     assert {"Generate the database password once", "Create the accounting database and its user",
-            "Register the cluster with slurmdbd"} <= skipped
+            "Register the cluster with slurmdbd", "Create the partition QOS slurm.conf names",
+            "Run slurmctld once slurmdbd holds the cluster and its QOS"} <= skipped
     installed = next(r for r in results if r["task"] == "Install MariaDB and the pinned slurmdbd")
     assert not installed.get("changed"), "this host has Debian's slurmdbd at the pin and MariaDB installed"
 
@@ -164,6 +165,10 @@ def test_the_helper_refuses_bad_arguments_with_its_usage(tmp_path: Path) -> None
     assert done.returncode == 2 and "bad database or user name" in done.stderr
     done = _helper("cluster")
     assert done.returncode == 2 and "register the cluster with slurmdbd" in done.stderr
+    done = _helper("qos")
+    assert done.returncode == 2 and "create each QOS slurmdbd lacks" in done.stderr
+    done = _helper("qos", "part-train", "bad;name")
+    assert done.returncode == 2 and "bad QOS name: bad;name" in done.stderr
     (tmp_path / "pass").write_text("# no password here\n")
     done = _helper("database", str(tmp_path / "pass"), "slurm_acct_db", "slurm", "/run/none.sock")
     assert done.returncode == 1 and "holds no StoragePass= line" in done.stderr
@@ -207,6 +212,13 @@ def test_slurmdbd_runs_on_the_rendered_conf_and_slurmctld_registers_with_it(chec
 
         for expected in ("added", "present"):
             done = _helper("cluster", spec.cluster.name, env=env)
+            assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
+        # slurm.conf names a partition QOS per partition: the role creates them (its next step) before
+        # it starts slurmctld, which is fatal on one slurmdbd lacks
+        names = partition_qos_names(spec, build_plan(spec), flavour)
+        assert names == ["part-train", "part-debug"] and "QOS=part-debug" in config.slurm_conf
+        for expected in ("added", "present"):
+            done = _helper("qos", *names, env=env)
             assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
         procs.append(subprocess.Popen(["slurmctld", "-D", "-c", "-i"], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

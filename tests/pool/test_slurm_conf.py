@@ -244,3 +244,30 @@ def test_preemption_is_by_the_teams_qos_only_where_the_stack_asks_for_it():
     with pytest.raises(ConfigError, match="different priorities") as err:
         generate(same, build_plan(same), REAL, "24.11.6")
     assert err.value.field == "gpufleet:pool.preemption"
+
+
+def test_a_real_head_node_gets_partition_qos_that_the_accounting_role_creates_before_slurmctld():
+    """slurmctld is fatal on a partition QOS slurmdbd lacks: the real slurm.conf names them, the
+    slurm_accounting role gets their names and starts slurmctld after creating them, and the slurm
+    role leaves slurmctld alone on such a head node (the role test runs the helper for real)."""
+    import yaml
+
+    from gpufleet.pool.slurm.files import accounting_extravars
+
+    spec = _with_ops(small_spec(), tenants=TEAMS, slurmAccounting=True)
+    plan = build_plan(spec)
+    conf = generate(spec, plan, REAL, "24.11.6").slurm_conf
+    parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
+    assert " QOS=part-train " in parts["train"] and " QOS=part-debug " in parts["debug"]
+    assert accounting_extravars(spec, plan) == {"slurm_accounting_partition_qos": ["part-train", "part-debug"]}
+    assert accounting_extravars(small_spec(), build_plan(small_spec())) == {}
+    assert "QOS=" not in generate(small_spec(), build_plan(small_spec()), REAL, "24.11.6").slurm_conf
+    repo = Path(__file__).resolve().parents[2] / "playbooks" / "roles"
+    tasks = [t["name"] for t in yaml.safe_load((repo / "slurm_accounting/tasks/main.yml").read_text())]
+    assert tasks.index("Register the cluster with slurmdbd") < tasks.index("Create the partition QOS slurm.conf names") \
+        < tasks.index("Run slurmctld once slurmdbd holds the cluster and its QOS") == len(tasks) - 1
+    run = next(t for t in yaml.safe_load((repo / "slurm/tasks/configure.yml").read_text())
+               if t["name"].startswith("Run the Slurm daemon"))
+    assert "slurm_started_by_accounting" in run["ansible.builtin.systemd_service"]["state"]
+    assert run["vars"]["slurm_started_by_accounting"] == (
+        "{{ slurm_role == 'controller' and slurm_accounting_cluster | default('') | length > 0 }}")

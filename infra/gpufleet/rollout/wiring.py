@@ -204,7 +204,7 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
     from gpufleet.configure.executor import stack_executor
     from gpufleet.configure.extravars import LustreMount
     from gpufleet.monitoring.files import stack_monitoring_extravars
-    from gpufleet.pool.slurm.files import write_slurm_config
+    from gpufleet.pool.slurm.files import accounting_extravars, write_slurm_config
 
     connection = connection_for(spec, outputs, project)
     lustre = (LustreMount(str(outputs["fsxDnsName"]), str(outputs["fsxMountName"]), spec.storage.mount_path)
@@ -216,6 +216,7 @@ def real_executor(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack:
     # the controller play also runs Prometheus and Alertmanager, the node play the exporters
     slurm_vars = write_slurm_config(spec, plan, project, stack, ip) | stack_monitoring_extravars(spec, project, stack)
     slurm_vars |= head_node_extravars(spec, project, stack, slurm_vars["slurm_version"])  # slurmdbd, ops serve
+    slurm_vars |= accounting_extravars(spec, plan)  # the partition QOS slurmdbd holds before slurmctld starts
     return stack_executor(spec, project, stack, connection, lustre=lustre, munge_secret_id=munge, slurm_vars=slurm_vars,
                           service_hosts=[controller_host(connection, ip, instance_id)])
 

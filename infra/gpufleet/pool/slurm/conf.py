@@ -280,10 +280,10 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
     access = allow_accounts(spec.ops.tenants, [p.name for p in plan.partitions]) if spec.ops.tenants else {}
     allow_qos = partition_allow_qos(spec.ops.tenants, [p.name for p in plan.partitions]) if spec.ops.tenants else {}
     # its limit holds every account's jobs there. slurmctld is fatal on a partition QOS slurmdbd lacks
-    # ("Partition train has an invalid qos (part-train)"), so only where gpufleet creates it before
-    # slurmctld starts: the local cluster (`LocalSlurm.up`). A real head node's first converge starts
-    # slurmctld before slurmdbd exists (the slurm role, then slurm_accounting), so it gets AllowQos only.
-    partition_qos = has_accounting(spec, flavour) and isinstance(flavour, LocalFlavour)
+    # ("Partition train has an invalid qos (part-train)"), so whoever starts slurmctld creates them
+    # first: `LocalSlurm.up`, and on a head node the slurm_accounting role (`partition_qos_names`),
+    # which starts slurmctld there in place of the slurm role
+    partition_qos = has_accounting(spec, flavour)
     first = True
     for p in plan.partitions:
         if not p.blocks:
@@ -302,6 +302,13 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
     if first:  # no partitions: the whole pool is one queue
         lines.append("PartitionName=all Nodes=ALL MaxTime=INFINITE Default=YES State=UP")
     return "\n".join(lines) + "\n"
+
+
+def partition_qos_names(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour) -> list[str]:
+    """The partition QOS slurm.conf names (`QOS=`), which slurmdbd must hold before slurmctld starts."""
+    if not has_accounting(spec, flavour):
+        return []
+    return [partition_qos_name(p.name) for p in plan.partitions if p.blocks]
 
 
 def _gres_conf(plan: ClusterPlan, flavour: Flavour, sku: InstanceType) -> str:

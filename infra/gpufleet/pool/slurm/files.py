@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpufleet.bom import load_bom, resolve_bom_path
 from gpufleet.durable import write_atomic
 from gpufleet.plan.model import ClusterPlan
-from gpufleet.pool.slurm.conf import RealFlavour, generate
+from gpufleet.pool.slurm.conf import RealFlavour, generate, partition_qos_names
 from gpufleet.project import Project
 from gpufleet.spec import ClusterSpec
 
@@ -48,3 +48,12 @@ def write_slurm_config(spec: ClusterSpec, plan: ClusterPlan, project: Project, s
             "slurm_gres_conf_file": str(paths["gres.conf"]), "slurm_topology_conf_file": str(paths["topology.conf"]),
             "slurm_job_submit_lua_file": str(paths["job_submit.lua"])}
 
+
+
+def accounting_extravars(spec: ClusterSpec, plan: ClusterPlan) -> dict[str, list[str]]:
+    """The `slurm_accounting` role's QOS to create before it starts slurmctld (slurm.conf's partition
+    `QOS=`); empty without accounting, where the slurm role starts slurmctld itself."""
+    if not spec.ops.slurm_accounting:
+        return {}
+    flavour = RealFlavour(controller_host="", controller_address="")  # the names do not depend on it
+    return {"slurm_accounting_partition_qos": partition_qos_names(spec, plan, flavour)}
