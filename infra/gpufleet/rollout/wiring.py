@@ -69,6 +69,17 @@ class EngineRelay:
         logging.getLogger(__name__).info("pulumi %s %s %s", step.status, step.op, step.slot or step.urn)
 
 
+def srun_mpi(spec: ClusterSpec) -> str:
+    """`srun --mpi=` of the gates' multi-node runs: the stack's `pool.srunMpi`; on a local Slurm (srun
+    runs on this machine) pmi2 when that is PMIx and this Slurm cannot load it (`gpufleet pool up`
+    says so: SLURM_PMIX_NOT_LOADABLE). A real head node has the PMIx the slurm role installs."""
+    if spec.pool.type != "slurm" or not spec.simulated:
+        return spec.pool.srun_mpi
+    from gpufleet.pool.slurm.mpi import choose_srun_mpi, pmix_library, pmix_loadable
+
+    return choose_srun_mpi(spec.pool.srun_mpi, pmix_loadable(), pmix_library())[0]
+
+
 def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
     """The gates' expectations for this stack: SKU, the BOM's versions for the stack's OS and pool, its digest."""
     bom = load_bom(project.path(spec.image.bom))
@@ -78,7 +89,7 @@ def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
                           expected="one of " + ", ".join(bom.os))
     by_os = gate_versions.expectations_by_os(bom, spec.pool.type, spec.image.os)
     return GateSettings.from_config(spec.gates, spec.cluster.instance_type, bom_digest=bom.digest(),
-                                    expected_by_os=by_os, pool=spec.pool.type, srun_mpi=spec.pool.srun_mpi,
+                                    expected_by_os=by_os, pool=spec.pool.type, srun_mpi=srun_mpi(spec),
                                     workload_image=spec.acceptance.workload_image)
 
 
