@@ -46,6 +46,7 @@ def node_stack(bom: Bom, os_name: str, kernel: str) -> list[Pkg]:
         Pkg("gdrdrv-dkms", f"{c.gdrcopy.version}-1"),
         Pkg("libgdrapi", f"{c.gdrcopy.version}-1"),
         Pkg("libnccl2", f"{c.nccl.version}-1+cuda{cuda_series}"),
+        Pkg("libnccl-dev", f"{c.nccl.version}-1+cuda{cuda_series}"),
         Pkg("containerd", f"{o.containerd}-0ubuntu1~22.04.1"),
         Pkg("nvidia-container-toolkit", f"{ctk}-1", {"usr/bin/nvidia-ctk": FIXTURES / "nvidia-ctk"}),
         Pkg("nvidia-container-toolkit-base", f"{ctk}-1"),
@@ -152,6 +153,7 @@ def local_site_vars(bom: Bom, os_name: str, instance_type: str = "p5.48xlarge") 
         "lustre_client_apt_source": local, "lustre_client_repo_key_url": "",
         "efa_installer_url": f"file:///{REPO_IN_ROOT}/aws-efa-installer-{bom.components.efa_installer.version}.tar.gz",
         "container_runtime_generate_cdi": True,
+        "nccl_tuning_build_tests": False,  # no nvcc in the dummy CUDA packages, no network
     }
     return ev
 

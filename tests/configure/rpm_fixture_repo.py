@@ -94,6 +94,7 @@ def node_stack(bom: Bom, os_name: str, plugin_dir: Path) -> list[Rpm]:
         Rpm("cuda", "gdrcopy", c.gdrcopy.version, f"1.{DIST}"),
         Rpm("cuda", "gdrcopy-kmod", c.gdrcopy.version, f"1dkms.{DIST}"),
         Rpm("cuda", "libnccl", nccl, f"1+cuda{cuda_series}"),
+        Rpm("cuda", "libnccl-devel", nccl, f"1+cuda{cuda_series}"),
         Rpm("cuda", f"datacenter-gpu-manager-{dcgm_major}-core", c.dcgm.version, "1", 1),
         Rpm("cuda", f"datacenter-gpu-manager-{dcgm_major}-cuda{cuda_major}", c.dcgm.version, "1", 1),
         # decoys: a newer driver of the branch, and the same NCCL built for a newer CUDA:
@@ -264,5 +265,6 @@ def local_site_vars(bom: Bom, os_name: str, urls: dict[str, str], lustre: Lustre
         "nvidia_driver_kernel": AL2023_KERNEL,
         # these local repositories carry no module metadata (modules.yaml): no stream to enable
         "nvidia_driver_dnf_module_stream": "",
+        "nccl_tuning_build_tests": False,  # no nvcc in the dummy CUDA packages, no network
     }
     return ev

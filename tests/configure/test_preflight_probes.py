@@ -84,3 +84,15 @@ def test_the_dcgm_run_is_bounded_by_its_level_and_cleaned_up_after_a_timeout(lev
     run = next(c for c in _rendered("gpufleet_commands", gpufleet_dcgm_level=level) if c["name"] == "dcgmi-diag.json")
     assert int(run["timeout"]) >= 1.5 * SimDurations().dcgm_level[level]
     assert run["cmd"] == f"dcgmi diag -r {level} -j" and run["on_timeout"] == "systemctl restart nvidia-dcgm"
+
+
+def test_the_nccl_tests_the_preflight_runs_are_the_ones_a_role_builds():
+    """node-config-review F6: the preflight ran /opt/nccl-tests/build/all_reduce_perf, which nothing built."""
+    role = yaml.safe_load((REPO / "playbooks/roles/nccl_tuning/defaults/main.yml").read_text())
+    tasks = yaml.safe_load((REPO / "playbooks/roles/nccl_tuning/tasks/main.yml").read_text())
+    assert _rendered("gpufleet_nccl_tests_dir") == role["nccl_tuning_tests_dir"] + "/build"  # the Makefile's BUILDDIR
+    checkout = next(t for t in tasks if "ansible.builtin.git" in t)["ansible.builtin.git"]
+    assert checkout["version"] == "{{ nccl_tuning_tests_commit }}"  # a commit, not a moving branch or tag
+    assert len(role["nccl_tuning_tests_commit"]) == 40 and role["nccl_tuning_build_tests"] is True
+    build = next(t for t in tasks if t.get("name", "").startswith("Build nccl-tests"))["ansible.builtin.command"]
+    assert "MPI=0" in build["argv"] and "NCCL_HOME=/usr" in build["argv"]

@@ -78,11 +78,12 @@ def test_packages_installed_at_pinned_versions_and_held(applied):
     assert installed["nvidia-driver-570-open"] == f"{v['nvidia_driver']}-0ubuntu1"  # not the 570.999 decoy
     assert installed["nvidia-fabricmanager-570"].startswith(v["fabric_manager"])  # p5 is an NVSwitch SKU
     assert installed["libnccl2"].startswith(v["nccl"] + "-")
+    assert installed["libnccl-dev"] == installed["libnccl2"]  # nccl-tests builds against the pinned headers
     assert installed["datacenter-gpu-manager-4-core"] == f"1:{v['dcgm']}-1"
     assert installed["nvidia-container-toolkit"].startswith(v["nvidia_container_toolkit"])
     assert installed["lustre-client-utils"].startswith(v["lustre_client"])
     holds = {l.split()[0] for l in chroot(root, "dpkg", "--get-selections").splitlines() if l.split()[1] == "hold"}
-    for pkg in ("nvidia-driver-570-open", "nvidia-fabricmanager-570", "cuda-toolkit-12-8", "libnccl2",
+    for pkg in ("nvidia-driver-570-open", "nvidia-fabricmanager-570", "cuda-toolkit-12-8", "libnccl2", "libnccl-dev",
                 "datacenter-gpu-manager-4-core", "containerd", "nvidia-container-toolkit",
                 "lustre-client-utils", "libgdrapi"):
         assert pkg in holds, f"{pkg} not held"

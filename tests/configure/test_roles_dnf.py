@@ -116,6 +116,7 @@ def test_packages_installed_at_pinned_versions(applied):
     assert rpms["cuda-toolkit-12-8"] == f"0:{v['cuda']}-1"
     assert rpms["gdrcopy"].startswith(f"0:{v['gdrcopy']}-") and rpms["gdrcopy-kmod"].startswith(f"0:{v['gdrcopy']}-")
     assert rpms["libnccl"] == f"0:{v['nccl']}-1+cuda12.8"  # not the same NCCL built for a newer CUDA
+    assert rpms["libnccl-devel"] == f"0:{v['nccl']}-1+cuda12.8"  # the headers nccl-tests builds against
     assert rpms["datacenter-gpu-manager-4-core"] == f"1:{v['dcgm']}-1"
     assert rpms["datacenter-gpu-manager-4-cuda12"] == f"1:{v['dcgm']}-1"
     assert rpms["containerd"].startswith(f"0:{v['containerd']}-")
@@ -140,7 +141,7 @@ def test_versionlock_holds_the_stack(applied):
     rpms = _rpms(root)
     locks = set(chroot(root, "dnf", "-q", "versionlock", "list").split())
     for name in ("nvidia-driver", "nvidia-driver-cuda", "nvidia-persistenced", "kmod-nvidia-open-dkms",
-                 "nvidia-fabric-manager", "cuda-toolkit-12-8", "gdrcopy", "gdrcopy-kmod", "libnccl",
+                 "nvidia-fabric-manager", "cuda-toolkit-12-8", "gdrcopy", "gdrcopy-kmod", "libnccl", "libnccl-devel",
                  "datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12", "containerd",
                  "nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
                  "libnvidia-container1", "lustre-client"):
