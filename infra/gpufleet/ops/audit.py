@@ -9,6 +9,15 @@ Tamper-evident: each record carries the hash of the one before (`prev`) and its 
 an HMAC with the stack's audit key when it has one), so `gpufleet history --verify` names the
 first record an edit, a deletion or an insertion broke. No secret ever appears: every record goes
 through `gpufleet.masking.mask`, and the file is created 0600.
+
+On a stack whose state backend is S3 (`gpufleet:rollout.stateBackend.type: s3`), every record is
+also written to the state bucket, one object per record under `<prefix>/<stack>/audit/`, named
+by its hash (the chain orders them), never overwritten (`If-None-Match`). Where the bucket has
+S3 Object Lock with a default retention rule (the setting: create the bucket with Object Lock
+enabled and give it a default retention, e.g. COMPLIANCE for 400 days), each record is written
+with that mode and a retain-until date from the rule, so nobody, the account's root included
+under COMPLIANCE, can delete or replace it before then. Without Object Lock the copy is an
+ordinary object; `S3AuditLog.lines` reads it back for `verify_lines`.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import hmac
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -93,12 +102,14 @@ def _last_line(fd: int) -> tuple[bytes, int]:
     return b"", 0
 
 
-def append(state_dir: Path, record: Mapping[str, Any], key: bytes | None = None) -> Path:
+def append(state_dir: Path, record: Mapping[str, Any], key: bytes | None = None,
+           on_sealed: Callable[[dict[str, Any], str], None] | None = None) -> Path:
     """Chain one record to the last (its `prev` is that record's `hash`), append it and fsync.
 
     Under an flock of the file, so concurrent writers (the webhook's threads, a CLI command) chain
     in one order. A torn last line (a crash mid-write) is cut and the cut is recorded in the next
-    record; a crash keeps every record written before it."""
+    record; a crash keeps every record written before it. `on_sealed(record, line)` runs under the
+    same lock once the line is on disk (the S3 copy, written in chain order)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / FILE
     key = key if key is not None else audit_key(state_dir)
@@ -117,8 +128,11 @@ def append(state_dir: Path, record: Mapping[str, Any], key: bytes | None = None)
             prev = hashlib.sha256(last).hexdigest()  # an unchained or damaged line: linked by its bytes
         rec["prev"] = prev
         rec["hash"] = seal(rec, key)
-        os.pwrite(fd, (json.dumps(rec, sort_keys=True, default=str) + "\n").encode(), end)
+        line = json.dumps(rec, sort_keys=True, default=str)
+        os.pwrite(fd, (line + "\n").encode(), end)
         os.fsync(fd)
+        if on_sealed is not None:
+            on_sealed(rec, line)
     finally:
         os.close(fd)
     return path
@@ -187,13 +201,110 @@ def record(state_dir: Path, stack: str, what: str, why: str, *, target: str | No
     from gpufleet.daytwo.actor import who as actor
 
     rec = entry(stack=stack, who=who or actor(simulated, _sts_with_short_timeout), what=what, why=why, target=target, details=details)
+    mirror = s3_log_for(state_dir, stack)
+    failed: list[str] = []
+
+    def copy(sealed: dict[str, Any], line: str) -> None:
+        try:
+            mirror.put(sealed, line)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - botocore's errors; the local record stands
+            failed.append(f"{type(exc).__name__}: {exc}")
+
     try:
-        append(state_dir, rec)
+        append(state_dir, rec, on_sealed=copy if mirror is not None else None)
     except OSError as exc:
         if warn is not None:
             warn(f"the audit log under {state_dir} could not be written ({exc}); the change itself stands")
         return None
+    if failed and warn is not None:
+        warn(f"the audit record could not be copied to {mirror.location} ({failed[0]}); it is in {state_dir / FILE}")  # type: ignore[union-attr]
     return rec
+
+
+class S3AuditLog:
+    """The audit log's copy in the stack's S3 state bucket (see the module's docstring)."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str, stack: str,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.client, self.bucket, self.clock = client, bucket, clock
+        self.base = f"{prefix.strip('/')}/{stack}/audit/".lstrip("/")
+        self.location = f"s3://{bucket}/{self.base}"
+        self._rule: dict[str, Any] | None = None
+
+    def retention(self) -> dict[str, Any]:
+        """put_object's Object Lock arguments from the bucket's default retention rule; {} where the
+        bucket has no Object Lock (or no default rule: then there is no period to lock for)."""
+        if self._rule is None:
+            from botocore.exceptions import ClientError
+
+            try:
+                conf = self.client.get_object_lock_configuration(Bucket=self.bucket)["ObjectLockConfiguration"]
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ObjectLockConfigurationNotFoundError":
+                    raise
+                conf = {}
+            enabled = conf.get("ObjectLockEnabled") == "Enabled"
+            self._rule = dict(conf.get("Rule", {}).get("DefaultRetention") or {}) if enabled else {}
+        rule = self._rule
+        if not rule:
+            return {}
+        days = int(rule.get("Days") or 0) or 365 * int(rule.get("Years") or 0)
+        return {"ObjectLockMode": rule["Mode"], "ObjectLockRetainUntilDate": self.clock() + timedelta(days=days)}
+
+    def put(self, record: Mapping[str, Any], line: str) -> str:
+        key = f"{self.base}{record['hash']}.json"
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=(line + "\n").encode(), IfNoneMatch="*",
+                               ContentType="application/json", **self.retention())
+        return key
+
+    def lines(self) -> list[bytes]:
+        """The records in chain order (from the first, each the one whose `prev` is the last's
+        hash); records the walk does not reach come after, where `verify_lines` names them."""
+        bodies: list[bytes] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.base):
+            for o in page.get("Contents", ()):
+                bodies.append(self.client.get_object(Bucket=self.bucket, Key=o["Key"])["Body"].read().rstrip(b"\n"))
+        by_prev: dict[str, list[bytes]] = {}
+        for b in bodies:
+            try:
+                by_prev.setdefault(str(json.loads(b).get("prev")), []).append(b)
+            except (ValueError, AttributeError):
+                by_prev.setdefault("", []).append(b)
+        out, prev = [], GENESIS
+        while by_prev.get(prev):
+            b = by_prev[prev].pop(0)
+            out.append(b)
+            prev = str(json.loads(b)["hash"])
+        return out + [b for rest in by_prev.values() for b in rest]
+
+
+_MIRRORS: dict[tuple[str, int], "S3AuditLog | None"] = {}
+
+
+def s3_log_for(state_dir: Path, stack: str) -> S3AuditLog | None:
+    """The S3 copy of a stack whose state backend is S3 (its stack file read from the project the
+    state dir lies in, once per version of that file); None for a local backend."""
+    from gpufleet.project import load_project
+    from gpufleet.spec import load_stack_path
+
+    try:
+        project = load_project(state_dir.parent.parent)
+        path = project.stack_file(stack)
+        cache_key = (str(path), path.stat().st_mtime_ns)
+        if cache_key in _MIRRORS:
+            return _MIRRORS[cache_key]
+        spec = load_stack_path(path)
+    except Exception:  # noqa: BLE001 - no project around this state dir (a bare test dir): local only
+        return None
+    backend = spec.rollout.state_backend
+    mirror = None
+    if backend.type == "s3":
+        from gpufleet.rollout.backends import _boto_client
+
+        mirror = S3AuditLog(_boto_client("s3", backend.region or spec.cluster.region), backend.bucket,
+                            backend.prefix, stack)
+    _MIRRORS[cache_key] = mirror
+    return mirror
 
 
 def _sts_with_short_timeout() -> Any:
