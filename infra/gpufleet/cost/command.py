@@ -86,7 +86,9 @@ def read_jobs(spec: Any, project: Any, stack: str, window: Any) -> tuple[Any, li
         except SacctError as exc:
             return None, [], [str(exc)]
         return jobs, [f"line {s.line}: {s.why}" for s in lines], []
-    from gpufleet.cost.kueue import KubernetesWorkloads, KueueError, usages
+    from gpufleet.cost.kueue import KubernetesWorkloads, KueueError, queue_owners, usages
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.kubernetes.queues import queue_layout
     from gpufleet.pool.factory import pool_for
     from gpufleet.pool.kubernetes.adapter import KubernetesPool
     from gpufleet.pool.kubernetes.versions import KUEUE_API_VERSION
@@ -96,7 +98,8 @@ def read_jobs(spec: Any, project: Any, stack: str, window: Any) -> tuple[Any, li
     pool = pool_for(spec, project, stack)  # the pool's own kubeconfig and context choice
     assert isinstance(pool, KubernetesPool)
     try:
-        workloads, skipped = usages(KubernetesWorkloads(pool.api.custom.api_client, KUEUE_API_VERSION.split("/")[1]))
+        owners = queue_owners(queue_layout(spec, build_plan(spec), spec.cluster.instance))  # ClusterQueue -> partition, team
+        workloads, skipped = usages(KubernetesWorkloads(pool.api.custom.api_client, KUEUE_API_VERSION.split("/")[1]), owners)
     except (KueueError, ValueError) as exc:
         return None, [], [f"Kueue: {exc}"]
     # Kueue names Nodes; the pool's history names slots (a replacement keeps the slot, not the name)

@@ -6,9 +6,12 @@ edge. A workload whose `Admitted` is False now (evicted and requeued) cannot be 
 is the loss, not the start): it is listed as not counted, never guessed. GPUs are the admitted pod count of each pod set
 (`status.admission.podSetAssignments[].count`, which partial admission may lower, else the
 spec's count) times the pod template's `nvidia.com/gpu` request (the limit when no request:
-extended resources take the limit as the request). The partition is the ClusterQueue (the pool
-names one per partition); the team is the workload's `gpufleet.io/team` label, else its
-namespace. Nodes come from topology-aware scheduling's assignment at the hostname level when
+extended resources take the limit as the request). The partition and team come from the
+ClusterQueue that admitted it, through the pool's queue layout (`gpufleet.pool.kubernetes.queues`:
+`P` is partition P's operators' queue, `P-T` team T's in P; a name cannot be split, partitions and
+teams may hold dashes): a team queue's workload is that team's whatever its labels say (a label
+must not move GPU hours to another team); on an operators' queue the team is the workload's
+`gpufleet.io/team` label, else its namespace. A ClusterQueue the layout lacks is its own partition. Nodes come from topology-aware scheduling's assignment at the hostname level when
 Kueue recorded one; otherwise the job has no node list and the idle-unit section says so.
 
 A Workload that is pending, or was admitted and evicted before the window, contributes nothing.
@@ -17,10 +20,13 @@ A Workload that is pending, or was admitted and evicted before the window, contr
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 from gpufleet.cost.usage import JobUsage, utc
 from gpufleet.pool.kubernetes.manifests import GPU, HOSTNAME_LABEL
+from gpufleet.pool.kubernetes.queues import TeamQueue
+
+Owners = Mapping[str, tuple[str, "str | None"]]  # ClusterQueue -> (partition, team or None: operators')
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 WORKLOADS = "workloads"
@@ -61,7 +67,12 @@ def _nodes(assignment: Mapping[str, Any]) -> list[str]:
     return [d["values"][at] for d in topo.get("domains") or () if len(d.get("values") or ()) > at]
 
 
-def to_usage(wl: Mapping[str, Any]) -> JobUsage | str | None:
+def queue_owners(queues: Iterable[TeamQueue]) -> dict[str, tuple[str, str | None]]:
+    """Each of the pool's ClusterQueues -> its partition and team (`queues.queue_layout`)."""
+    return {q.name: (q.partition, q.team) for q in queues}
+
+
+def to_usage(wl: Mapping[str, Any], owners: Owners | None = None) -> JobUsage | str | None:
     """The workload's usage; None when it was never admitted; a reason text when it held quota
     but cannot be dated (admission lost: the condition now dates the loss, not the start).
     ValueError on a malformed object."""
@@ -90,17 +101,20 @@ def to_usage(wl: Mapping[str, Any]) -> JobUsage | str | None:
         raise ValueError(f"workload {name}: {type(exc).__name__}: {exc}") from None
     labels = meta.get("labels") or {}
     state = next((t for t in ("Finished", "Evicted") if conds.get(t, {}).get("status") == "True"), "Admitted")
-    return JobUsage(job_id=name, name=meta.get("name", "?"), team=labels.get(TEAM_LABEL) or meta.get("namespace", "?"),
-                    partition=admission.get("clusterQueue", "?"), gpus=gpus, start=start,
+    queue = admission.get("clusterQueue", "?")
+    partition, team = (owners or {}).get(queue, (queue, None))
+    return JobUsage(job_id=name, name=meta.get("name", "?"),
+                    team=team or labels.get(TEAM_LABEL) or meta.get("namespace", "?"),
+                    partition=partition, gpus=gpus, start=start,
                     end=end, state=state, nodes=tuple(dict.fromkeys(nodes)))
 
 
-def usages(source: WorkloadSource) -> tuple[list[JobUsage], list[str]]:
+def usages(source: WorkloadSource, owners: Owners | None = None) -> tuple[list[JobUsage], list[str]]:
     """Admitted workloads' usage and the reasons some that held quota could not be counted."""
     jobs: list[JobUsage] = []
     skipped: list[str] = []
     for wl in source.workloads():
-        u = to_usage(wl)
+        u = to_usage(wl, owners)
         if isinstance(u, JobUsage):
             jobs.append(u)
         elif u is not None:
