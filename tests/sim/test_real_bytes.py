@@ -537,3 +537,45 @@ def test_the_multi_node_nccl_log_agrees_with_itself_and_the_node():
         assert f"NET/OFI Using Libfabric version {libfabric}" in mine
         assert any(x.endswith(f"(found {cloud.sku.efa_interfaces} nics)") for x in mine)
         assert "Using network Libfabric" in mine
+
+
+@pytest.mark.parametrize("fault", [None, "dcgm-fail"])
+def test_dcgm_3x_nodes_write_the_3x_document(fault):
+    """A node with DCGM 3.x writes the 3.x document (it wrote the 4.x one with a 3.x version in it):
+    NVIDIA's 3.3.9 schema holds, the nesting and the test names are the real 3.x run's."""
+    import jsonschema
+
+    from gpufleet.gates.parsers import dcgm
+    v3 = dict(synth.DEFAULT_VERSIONS, dcgm="3.3.9")
+    node = synth.NodeSpec(slot="n0", versions=v3, faults=frozenset({"dcgm_fail"} if fault else ()))
+    doc = json.loads(synth.dcgm_diag(node, 2))
+    jsonschema.validate(doc, json.loads(real("dcgm_diag_json_schema__dcgm3.3.9__NVIDIA_DCGM_testing.json")))
+    real_doc = json.loads(real("dcgmi_diag_r3_j__1gpu_t4_dcgm3x__ms_virtualclient.json"))
+    real_cats = {c["category"]: c for c in real_doc["DCGM GPU Diagnostic"]["test_categories"]}
+    for cat in doc["DCGM GPU Diagnostic"]["test_categories"]:
+        real_tests = {t["name"]: t for t in real_cats[cat["category"]]["tests"]}
+        for test in cat["tests"]:
+            assert test["name"] in real_tests
+            real_keys = set(real_tests[test["name"]]["results"][0]) - {"info"}
+            assert all(set(r) - {"warnings"} == real_keys for r in test["results"]), test["name"]
+    diag = dcgm.parse_diag(json.dumps(doc))
+    assert (diag.format, diag.version, diag.problems) == ("3.x-json", "3.3.9", ())
+    assert {r.gpu for r in diag.results if r.test == "GPU Memory"} == set(range(8))
+    failed = [r.gpu for r in diag.results if r.status == "Fail"]
+    assert failed == ([3] if fault else [])
+    assert json.loads(synth.dcgm_diag(synth.NodeSpec(slot="n0"), 2)).keys() == {"DCGM Diagnostic", "entity_groups",
+                                                                                 "metadata"}
+
+
+def test_the_gate_judges_the_3x_document_as_it_judges_the_4x_one():
+    from gpufleet.gates import checks
+    from gpufleet.gates.bundle import Bundle
+    from gpufleet.gates.settings import GateSettings
+    s = GateSettings(instance_type="p5.48xlarge")
+    for dcgm_version in ("3.3.9", "4.2.3"):
+        for faults, verdict in ((frozenset(), "PASS"), (frozenset({"dcgm_fail"}), "QUARANTINE")):
+            spec = synth.NodeSpec(slot="n0", versions=dict(synth.DEFAULT_VERSIONS, dcgm=dcgm_version), faults=faults)
+            files = synth.node_files(spec)
+            results = checks.run_checks(Bundle(path="n0", manifest=synth.manifest(spec, files), files=files), s)[1]
+            got = [r.verdict.value for r in results if r.check_id.startswith("dcgm")]
+            assert got == [verdict], (dcgm_version, faults, got)

@@ -166,6 +166,45 @@ def dcgm_diag_4x(n: NodeSpec, level: int = 2) -> str:
     return json.dumps(doc, indent=2)
 
 
+def dcgm_diag_3x(n: NodeSpec, level: int = 2) -> str:
+    """`dcgmi diag -r <level> -j` of DCGM 3.x: the "DCGM GPU Diagnostic" document (the 3.3.9
+    schema, NVIDIA/DCGM testing/python3/dcgm_diag_schema.json) in the nesting and test names of a
+    real 3.x run (tests/fixtures/real/dcgmi_diag_r3_j__1gpu_t4_dcgm3x__ms_virtualclient.json): the
+    Deployment tests one result each, the GPU tests one result per GPU with `gpu_ids` as a string."""
+    sku = catalog.get(n.instance_type)
+
+    def per_gpu(fail_gpu: int | None = None) -> list[dict]:
+        out = []
+        for i in range(sku.gpus):
+            r: dict = {"gpu_ids": str(i), "status": "Pass"}
+            if i == fail_gpu:
+                r["status"] = "Fail"
+                r["warnings"] = [{"warning": f"Error details: GPU {i} memory test failed: miscompare", "error_id": 71,
+                                  "error_category": 4, "error_severity": 2}]
+            out.append(r)
+        return out
+
+    deployment = ("Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks", "Persistence Mode",
+                  "Environment Variables", "Page Retirement/Row Remap", "Graphics Processes", "Inforom")
+    cats = [{"category": "Deployment", "tests": [{"name": t, "results": [{"status": "Pass"}]} for t in deployment]}]
+    if level >= 2:
+        cats.append({"category": "Integration", "tests": [{"name": "PCIe", "results": per_gpu()}]})
+        cats.append({"category": "Hardware", "tests": [
+            {"name": "GPU Memory", "results": per_gpu(3 if "dcgm_fail" in n.faults else None)}]})
+    doc = {"DCGM GPU Diagnostic": {"test_categories": cats},
+           "Driver Version Detected": n.versions["nvidia_driver"],
+           "GPU Device IDs": ["2330"] * sku.gpus,
+           "GPU Device Serials": {str(i): f"165{i:010d}" for i in range(sku.gpus)},
+           "version": n.versions.get("dcgm") or "3.3.9"}
+    return json.dumps(doc, indent=2)
+
+
+def dcgm_diag(n: NodeSpec, level: int = 2) -> str:
+    """The diag document of the node's DCGM: the 3.x shape before 4.0, the 4.x one from it."""
+    major = (n.versions.get("dcgm") or "4").split(".")[0]
+    return dcgm_diag_3x(n, level) if major == "3" else dcgm_diag_4x(n, level)
+
+
 def kernel_log(n: NodeSpec) -> str:
     lines = ["2026-07-14T08:00:01+0000 ip-10-0-0-1 kernel: Linux version 6.1.112 (mockbuild@) #1 SMP",
              "2026-07-14T08:00:05+0000 ip-10-0-0-1 kernel: nvidia-nvswitch0: using MSI",
@@ -360,7 +399,7 @@ COMMANDS = {
 def node_files(n: NodeSpec) -> dict[str, str]:
     files = {
         B.QUERY_GPU: query_gpu_csv(n), B.SMI_Q: smi_q(n), B.NVLINK_S: nvlink_s(n), B.TOPO_M: topo_m(n),
-        B.DCGM_DIAG: dcgm_diag_4x(n), B.KERNEL_LOG: kernel_log(n), B.FI_INFO: fi_info(n), B.LSPCI_EFA: lspci(n),
+        B.DCGM_DIAG: dcgm_diag(n), B.KERNEL_LOG: kernel_log(n), B.FI_INFO: fi_info(n), B.LSPCI_EFA: lspci(n),
         B.FABRICMANAGER: "inactive\n" if "fabricmanager_inactive" in n.faults else "active\n",
         B.LUSTRE: lustre_check(n), B.CONTAINER_GPUS: container_gpus(n), B.VERSIONS: versions_json(n),
         B.NCCL_INTRA: nccl_intra(n), B.NCCL_EFA_LOOPBACK: nccl_efa_loopback(n),

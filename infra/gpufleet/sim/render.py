@@ -130,7 +130,7 @@ def render_files(look: NodeLook) -> tuple[dict[str, str], dict[str, int]]:
     node = synth.NodeSpec(slot="template", instance_type=look.instance_type, faults=frozenset(faults),
                           intra_busbw=round(busbw, 2), versions=versions, os=look.os)
     files = synth.node_files(node)
-    files[B.DCGM_DIAG] = synth.dcgm_diag_4x(node, look.dcgm_level)
+    files[B.DCGM_DIAG] = synth.dcgm_diag(node, look.dcgm_level)  # the 3.x or 4.x document of the node's DCGM
     files[B.NCCL_INTRA] = nccl_intra(sku, versions, busbw)
     files[B.NCCL_INTRA_JSON] = nccl_intra_json(sku, versions, busbw)
     rc: dict[str, int] = {}
