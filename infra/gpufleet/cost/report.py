@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -83,9 +83,10 @@ class QuarantinedNode(_M):
 
 class CostReport(_M):
     schema_version: int = COST_SCHEMA_VERSION
+    kind: Literal["cost"] = "cost"  # the envelope every JSON document starts with (gpufleet.envelope)
     stack: str
-    pool: str
     generated_at: datetime
+    pool: str
     window_start: datetime
     window_end: datetime
     instance_type: str

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import gpufleet
 from gpufleet.daytwo.patrol_run import PatrolOutcome
@@ -38,7 +39,9 @@ class PatrolReport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
+    kind: Literal["patrol"] = "patrol"  # the envelope every JSON document starts with (gpufleet.envelope)
     stack: str
+    generated_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     started: datetime
     who: str
     modelled_seconds: float

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import gpufleet
 from gpufleet.daytwo.upgrade_run import Outcome
@@ -36,7 +36,9 @@ class UpgradeReport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
+    kind: Literal["upgrade"] = "upgrade"  # the envelope every JSON document starts with (gpufleet.envelope)
     stack: str
+    generated_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     target_digest: str | None
     method: str = "inplace"
     target_ami: str | None = None

@@ -7,7 +7,7 @@ that the Document built from it (gpufleet.reports.rollout_document) needs the mo
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -84,6 +84,7 @@ class AcceptanceLine(_M):
 
 class RolloutReport(_M):
     schema_version: int = REPORT_SCHEMA_VERSION
+    kind: Literal["rollout"] = "rollout"  # the envelope every JSON document starts with (gpufleet.envelope)
     stack: str
     generated_at: datetime
     gpufleet_version: str = gpufleet.__version__
