@@ -73,16 +73,20 @@ def test_once_deployed_the_reimaged_slot_is_frozen_and_protected_again(deployed)
     assert _recorded_amis(again) == {moved: NEW, kept: OLD}
 
 
-def test_an_override_of_a_slot_not_yet_deployed_is_its_first_image(deployed):
-    fresh = capture_program("dev", target_batch=1, overrides=_image(OLD, {"dev-b0001-n00001": NEW}))
+def test_an_override_of_a_slot_not_yet_deployed_is_its_first_image():
+    # dev grown to three nodes: the canary holds the smoke job's two, b0002 is batch 2
+    cluster = capture_program("dev").spec.cluster.model_dump(mode="json", by_alias=True, exclude_none=True)
+    three = {"cluster": {**cluster, "targetGpus": 24},
+             "partitions": [{"name": "debug", "mode": "interactive", "units": 3, "priority": 10}]}
+    fresh = capture_program("dev", target_batch=1, overrides={**three, **_image(OLD, {"dev-b0002-n00002": NEW})})
     nodes = _nodes(fresh)
-    assert set(nodes) == {"dev-b0000-n00000"}  # batch 2 is above the target: nothing to boot yet
+    assert set(nodes) == {"dev-b0000-n00000", "dev-b0001-n00001"}  # batch 2 is above the target: nothing to boot yet
     grown = capture_program("dev", target_batch=2, recorded_outputs=fresh.outputs,
-                            overrides=_image(OLD, {"dev-b0001-n00001": NEW}))
+                            overrides={**three, **_image(OLD, {"dev-b0002-n00002": NEW})})
     nodes = _nodes(grown)
-    assert nodes["dev-b0001-n00001"].inputs["ami"] == NEW and not nodes["dev-b0001-n00001"].options["protect"]
+    assert nodes["dev-b0002-n00002"].inputs["ami"] == NEW and not nodes["dev-b0002-n00002"].options["protect"]
     assert nodes["dev-b0000-n00000"].inputs["ami"] == OLD and nodes["dev-b0000-n00000"].options["protect"]
-    assert _recorded_amis(grown) == {"dev-b0000-n00000": OLD, "dev-b0001-n00001": NEW}
+    assert _recorded_amis(grown) == {"dev-b0000-n00000": OLD, "dev-b0001-n00001": OLD, "dev-b0002-n00002": NEW}
 
 
 def test_a_slot_outside_the_plan_is_refused_naming_the_field(deployed):

@@ -63,42 +63,56 @@ def test_a_new_block_size_is_refused_naming_the_slots_and_the_setting():
     assert err.value.field == "gpufleet:cluster.unitGpus"
 
 
+def _three(**kw):
+    """dev grown to three nodes: the canary holds the smoke job's two (b0000, b0001), batch 2 is b0002.
+    (dev as shipped is one two-node batch: its canary is sized for the smoke job.)"""
+    dev = capture_program("dev").spec
+    cluster = dev.cluster.model_dump(mode="json", by_alias=True, exclude_none=True)
+    overrides = {"cluster": {**cluster, "targetGpus": 24},
+                 "partitions": [{"name": "debug", "mode": "interactive", "units": 3, "priority": 10}],
+                 **kw.pop("overrides", {})}
+    return capture_program("dev", overrides=overrides, **kw)
+
+
 def test_missing_target_keeps_what_was_deployed_and_fresh_stacks_start_empty():
-    assert not _nodes(capture_program("dev"))
-    first = capture_program("dev", target_batch=1)
-    kept = capture_program("dev", recorded_outputs=first.outputs)
-    assert list(_nodes(kept)) == ["dev-b0000-n00000"] and kept.outputs["deployedBatches"] == 1
+    assert not _nodes(_three())
+    first = _three(target_batch=1)
+    kept = _three(recorded_outputs=first.outputs)
+    assert sorted(_nodes(kept)) == ["dev-b0000-n00000", "dev-b0001-n00001"] and kept.outputs["deployedBatches"] == 1
 
 
 def test_program_refuses_to_shrink_the_recorded_fleet_unless_allowed():
-    deployed = capture_program("dev", target_batch=2)
-    with pytest.raises(ConfigError, match="dev-b0001-n00001 are in batches above targetBatch 1"):
-        capture_program("dev", target_batch=1, recorded_outputs=deployed.outputs)
-    shrunk = capture_program("dev", target_batch=1, recorded_outputs=deployed.outputs,
-                             overrides={"rollout": {"allowShrink": True, "targetBatch": 1}})
-    assert list(_nodes(shrunk)) == ["dev-b0000-n00000"]
+    deployed = _three(target_batch=2)
+    with pytest.raises(ConfigError, match="dev-b0002-n00002 are in batches above targetBatch 1"):
+        _three(target_batch=1, recorded_outputs=deployed.outputs)
+    shrunk = _three(target_batch=1, recorded_outputs=deployed.outputs,
+                    overrides={"rollout": {"allowShrink": True, "targetBatch": 1}})
+    assert sorted(_nodes(shrunk)) == ["dev-b0000-n00000", "dev-b0001-n00001"]
 
 
 def test_a_stack_with_only_the_legacy_batch_count_keeps_its_batches_and_gains_the_slot_record():
-    kept = capture_program("dev", recorded_batches=1, recorded_images={"1": "ami-00000000000000001"})
-    node, = _nodes(kept).values()
-    assert node.options["protect"] and node.inputs["ami"] == "ami-00000000000000001"
+    kept = _three(recorded_batches=1, recorded_images={"1": "ami-00000000000000001"})
+    nodes = _nodes(kept)
+    assert sorted(nodes) == ["dev-b0000-n00000", "dev-b0001-n00001"]
+    assert all(n.options["protect"] and n.inputs["ami"] == "ami-00000000000000001" for n in nodes.values())
     recorded = decode_deployment(kept.outputs["deployedSlots"])
-    assert [(recorded.name(r), r.ami) for r in recorded.slots] == [("dev-b0000-n00000", "ami-00000000000000001")]
+    assert [(recorded.name(r), r.ami) for r in recorded.slots] == [
+        ("dev-b0000-n00000", "ami-00000000000000001"), ("dev-b0001-n00001", "ami-00000000000000001")]
     with pytest.raises(ConfigError, match="above targetBatch 0"):
-        capture_program("dev", target_batch=0, recorded_batches=1)
+        _three(target_batch=0, recorded_batches=1)
 
 
 def test_a_new_ami_reaches_new_slots_only():
-    old = capture_program("dev", target_batch=1)
+    old = _three(target_batch=1)
     first = _nodes(old)["dev-b0000-n00000"]
-    new = capture_program("dev", target_batch=2, recorded_outputs=old.outputs,
-                          overrides={"image": {"os": "ubuntu-22.04", "amiId": "ami-0123456789abcdef0"}})
-    existing, added = _nodes(new)["dev-b0000-n00000"], _nodes(new)["dev-b0001-n00001"]
+    new = _three(target_batch=2, recorded_outputs=old.outputs,
+                 overrides={"image": {"os": "ubuntu-22.04", "amiId": "ami-0123456789abcdef0"}})
+    existing, added = _nodes(new)["dev-b0000-n00000"], _nodes(new)["dev-b0002-n00002"]
     assert existing.inputs == first.inputs
     assert existing.options["ignoreChanges"] == ["ami", "userData", "launchTemplate"]
     assert added.inputs["ami"] == "ami-0123456789abcdef0" != first.inputs["ami"]
     assert added.options["ignoreChanges"] == [] and not added.options["protect"]
     recorded = decode_deployment(new.outputs["deployedSlots"])
-    assert {recorded.name(r): r.ami for r in recorded.slots} == {"dev-b0000-n00000": first.inputs["ami"],
-                                                                  "dev-b0001-n00001": "ami-0123456789abcdef0"}
+    assert {recorded.name(r): r.ami for r in recorded.slots} == {
+        "dev-b0000-n00000": first.inputs["ami"], "dev-b0001-n00001": first.inputs["ami"],
+        "dev-b0002-n00002": "ami-0123456789abcdef0"}

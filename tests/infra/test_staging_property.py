@@ -134,7 +134,8 @@ def test_a_lower_target_is_refused_naming_the_target():
     layout = {"targetGpus": 64, "unitGpus": 8, "spareFraction": 0.0, "batchSize": 2, "canaryFraction": 0.1}
     spec, _, first = _deploy(layout, 3, None, allow_shrink=False)
     recorded = first.deployment(spec.cluster.name, layout_settings(spec), None)
-    with pytest.raises(ConfigError, match=r"dev-b0003-n00003..b0004-n00004 are in batches above targetBatch 2") as err:
+    # the canary holds the smoke job's 2 nodes (b0000-b0001), so batch 3 is b0004-b0005
+    with pytest.raises(ConfigError, match=r"dev-b0004-n00004..b0005-n00005 are in batches above targetBatch 2") as err:
         _deploy(layout, 2, recorded, allow_shrink=False)
     assert err.value.field == "gpufleet:rollout.targetBatch"
 
