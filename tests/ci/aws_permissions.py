@@ -128,6 +128,17 @@ PULUMI_TYPE_ACTIONS: dict[str, tuple[str, ...]] = {
                                 "iam:CreateServiceLinkedRole", *_VPC_READ),
     "aws:eks/accessEntry:AccessEntry": ("eks:CreateAccessEntry", "eks:DeleteAccessEntry", "eks:DescribeAccessEntry",
                                         "eks:UpdateAccessEntry", "eks:TagResource", "eks:ListTagsForResource"),
+    # the non-GPU system node group (CoreDNS, Helm releases): EKS creates its Auto Scaling group through
+    # its service-linked role AWSServiceRoleForAmazonEKSNodegroup; the caller passes the node role
+    "aws:eks/nodeGroup:NodeGroup": ("eks:CreateNodegroup", "eks:DeleteNodegroup", "eks:DescribeNodegroup",
+                                    "eks:UpdateNodegroupConfig", "eks:UpdateNodegroupVersion", "eks:TagResource",
+                                    "eks:UntagResource", "eks:ListTagsForResource", "iam:PassRole", "iam:GetRole",
+                                    "iam:CreateServiceLinkedRole", "ec2:DescribeLaunchTemplateVersions",
+                                    *_VPC_READ),
+    # managed add-ons (the VPC CNI with its settings): DescribeAddonVersions picks the default version
+    "aws:eks/addon:Addon": ("eks:CreateAddon", "eks:DeleteAddon", "eks:DescribeAddon", "eks:UpdateAddon",
+                            "eks:DescribeAddonVersions", "eks:DescribeAddonConfiguration", "eks:TagResource",
+                            "eks:UntagResource", "eks:ListTagsForResource", "iam:PassRole"),
 }
 
 PULUMI_INVOKE_ACTIONS: dict[str, tuple[str, ...]] = {
