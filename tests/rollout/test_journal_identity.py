@@ -4,6 +4,7 @@ follows the provider's instances; the communication baseline file is rebuilt fro
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -57,11 +58,12 @@ def test_a_journal_with_a_line_of_another_stack_is_refused(tmp_path):
 
 
 def test_a_journal_from_before_cluster_stamps_resumes(tmp_path):
-    orchestrator(tmp_path, FakeCloud(), until_batch=1).run()
+    cloud = FakeCloud()
+    orchestrator(tmp_path, cloud, until_batch=1).run()
     path = _journal(tmp_path)
     old = [{k: v for k, v in json.loads(x).items() if k != "cluster"} for x in path.read_text().splitlines()]
     path.write_text("".join(json.dumps(e) + "\n" for e in old))
-    out = orchestrator(tmp_path, FakeCloud()).run()
+    out = orchestrator(tmp_path, cloud).run()
     assert out.finished
     j = Journal(LocalJournalStore(path), "t")
     assert j.load(repair=False).foreign == []
@@ -130,4 +132,36 @@ def test_on_resume_a_real_stacks_pending_creates_are_settled_first_and_shown(tmp
     assert first_new["type"] == "reconciled"
     assert first_new["nodes"] == {"tst-b0003-n00003": {"action": "cleared-pending-create", "terminated": ["i-orphan"]}}
     assert "gpufleet: reconcile node=tst-b0003-n00003 action=cleared-pending-create terminated=i-orphan" in \
+        shown.getvalue()
+
+
+def test_a_journal_with_no_world_behind_it_is_refused(tmp_path):
+    """The provider runs none of the instances the journal names (copied from another project,
+    or the cloud torn down since): refused, finished or not, never reported as a pool."""
+    orchestrator(tmp_path / "half", FakeCloud(), until_batch=1).run()
+    with pytest.raises(ConfigError, match=r"the journal names 3 instance\(s\) and the provider runs none of them"):
+        orchestrator(tmp_path / "half", FakeCloud()).run()
+    orchestrator(tmp_path / "done", FakeCloud()).run()
+    with pytest.raises(ConfigError, match="provider runs none of them.*or --restart"):
+        orchestrator(tmp_path / "done", FakeCloud()).run()
+
+
+def test_a_finished_journal_behind_the_provider_is_reported_not_acted_on(tmp_path):
+    """After the rollout, an admitted slot's instance was replaced outside it: the resume says so
+    (journaled, one greppable line) and gates nothing again."""
+    cloud = FakeCloud()
+    orchestrator(tmp_path, cloud).run()
+    slot = "tst-b0004-n00004"
+    before = cloud.instances[slot]
+    cloud.instances[slot] = dataclasses.replace(before, instance_id="i-outside")
+    shown = io.StringIO()
+    o = orchestrator(tmp_path, cloud)
+    o.journal.listeners.append(PlainDisplay(o.plan, lambda: 0.0, shown))
+    launches = len(cloud.ledger)
+    out = o.run()
+    assert out.finished and out.state.nodes[slot].stage is NodeStage.ADMITTED
+    assert len(cloud.ledger) == launches  # nothing bought, stopped or gated again
+    rec = [json.loads(x) for x in _journal(tmp_path).read_text().splitlines() if json.loads(x)["type"] == "reconciled"]
+    assert rec[-1]["nodes"][slot]["action"] == "report" and rec[-1]["nodes"][slot]["provider_instance"] == "i-outside"
+    assert f"gpufleet: reconcile node={slot} action=report journal={before.instance_id} provider=i-outside" in \
         shown.getvalue()

@@ -194,10 +194,19 @@ class Orchestrator:
     def _reconcile(self) -> None:
         """The journal against the provider's inventory and the pool; differences journaled (and
         shown), the slots it can follow adopted (gpufleet.rollout.reconcile)."""
-        if self.state.finished or self.state.halted or not self.state.nodes:
+        if not self.state.nodes:
             return
+        inventory = self.ports.provisioner.inventory()
+        absent = reconcile.no_world_behind(self.state, inventory)
+        if absent:
+            raise ConfigError(f"the journal names {absent} instance(s) and the provider runs none of them: it is not "
+                              f"this stack's world (a journal copied from another project or account, or a cloud "
+                              f"torn down since)", field="journal",
+                              expected=f"the journal of the instances stack {self.stack!r} runs, or --restart")
         pool = {slot: node.state.value for slot, node in self.ports.pool.state().nodes.items()}
-        found = reconcile.differences(self.state, self.ports.provisioner.inventory(), pool)
+        found = reconcile.differences(self.state, inventory, pool)
+        if self.state.finished or self.state.halted:  # nothing runs on: on record and shown, never acted on
+            found = {slot: {**d, "action": "report"} for slot, d in found.items()}
         if not found:
             return
         for slot, d in found.items():

@@ -46,3 +46,14 @@ def differences(state: RolloutState, inventory: Mapping[str, Any],
         elif pool == "admitted" and n.stage is not S.ADMITTED and n.decision is None:
             out[slot] = {**entry, "action": "report"}
     return out
+
+
+def no_world_behind(state: RolloutState, inventory: Mapping[str, Any]) -> int:
+    """How many instances the journal names when the provider runs none of them (0 otherwise).
+
+    Why refuse then: a journal whose every instance is unknown to the provider describes another
+    world (copied from another project, or a cloud torn down since); trusted, it reports a pool
+    that does not exist ("complete 125/125") or gates healthy slots on instances that never ran."""
+    recorded = {n.instance_id for n in state.nodes.values() if n.has_instance and n.instance_id}
+    running = {getattr(i, "instance_id", None) for i in inventory.values()}
+    return 0 if not recorded or recorded & running else len(recorded)
