@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
 @click.option("--dry-run", is_flag=True, help="Print the batches and what the journal already decided; change nothing.")
 @click.option("--force-unlock", is_flag=True,
               help="Take the stack's lock even when another host holds it (only once that rollout is gone).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the rollout report as JSON on stdout (the live view goes to stderr).")
 def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, until_batch: int | None,
-            dry_run: bool, force_unlock: bool) -> None:
+            dry_run: bool, force_unlock: bool, as_json: bool = False) -> None:
     """Provision, configure, gate and admit the stack's nodes, batch by batch, canary first."""
     from gpufleet.findings import has_errors
     from gpufleet.plan import plan_stack
@@ -100,7 +103,7 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
         if resume and not state.started:
             click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
         try:
-            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage)
+            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage, as_json)
         finally:
             journal.close()
 
@@ -119,7 +122,7 @@ def _archive_simulated_world(state_dir: Path, simulated_pool: bool) -> list[Path
 
 
 def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
-         until_batch: int | None, state_dir: Path, retry_stage: str | None = None) -> None:
+         until_batch: int | None, state_dir: Path, retry_stage: str | None = None, as_json: bool = False) -> None:
     from gpufleet.gates.admission import AdmissionRecord
     from gpufleet.ops import audit
     from gpufleet.reports import rollout as report
@@ -147,7 +150,7 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
             return (clock.now() - clock.start).total_seconds()
         return time.monotonic() - started
 
-    display = make_display(plan, elapsed)
+    display = make_display(plan, elapsed, sys.stderr) if as_json else make_display(plan, elapsed)
     journal.listeners.append(display)
     if hooks is not None:
         hooks.note = display.note
@@ -165,8 +168,11 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     audit.record(state_dir, stack, "rollout", outcome.halt_reason or f"until batch {until_batch or 'all'}",
                  simulated=spec.simulated, details={"admitted": len(records), "halted": outcome.halted,
                                                     "short": list(outcome.short)})
-    click.echo(_summary(rep, modelled))
-    click.echo(f"reports: {', '.join(str(p) for p in paths)}")
+    if as_json:  # the report document (the envelope: schema_version, kind, stack, generated_at) alone on stdout
+        click.echo(rep.model_dump_json(indent=2))
+    else:
+        click.echo(_summary(rep, modelled))
+    click.echo(f"reports: {', '.join(str(p) for p in paths)}", err=as_json)
     _start_job_stream(spec, plan, project, stack)
     if outcome.halted:
         failed = [a.stage for a in outcome.state.acceptance.values() if a.status.value == "failed"]
