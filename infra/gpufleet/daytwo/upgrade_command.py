@@ -25,11 +25,12 @@ from gpufleet.errors import GateFailed, UsageError
 @click.option("--previous-bom", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="The BOM the pool runs now, when no earlier upgrade recorded it (needed to roll back).")
 @click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.option("--json", "as_json", is_flag=True, help="Print the upgrade report as JSON (the envelope every JSON has).")
 def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bom: Path | None,
-            force_unlock: bool) -> None:
+            force_unlock: bool, as_json: bool = False) -> None:
     """Bring a live pool to the stack's current BOM and image in grey groups of whole blocks, canary first."""
     from gpufleet.daytwo.context import open_day_two
-    from gpufleet.daytwo.upgrade_report import render_text, write
+    from gpufleet.daytwo.upgrade_report import build, render_text, write
     from gpufleet.daytwo.upgrade_run import Upgrader
     from gpufleet.ops import audit
 
@@ -61,8 +62,11 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
         paths = write(d, outcome, d.project.reports_dir(stack))
         audit.day_two(d, "upgrade", "rollback" if rollback else "to the stack's BOM", halted=outcome.halted,
                       groups_done=list(outcome.groups_done))
-    click.echo(render_text(outcome))
-    click.echo("reports: " + ", ".join(str(p) for p in paths.values()))
+    if as_json:  # the report document alone on stdout (issue 23 item 8: upgrade had no --json)
+        click.echo(build(stack, outcome).model_dump_json(indent=2))
+    else:
+        click.echo(render_text(outcome))
+    click.echo("reports: " + ", ".join(str(p) for p in paths.values()), err=as_json)
     if outcome.halted:
         raise GateFailed(f"upgrade halted: {outcome.message}")
 
