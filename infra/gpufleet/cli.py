@@ -156,7 +156,7 @@ def plan(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
 @main.command()
 @stack_option
 @stacks_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print the argv as a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build as JSON (the envelope; `argv` the list).")
 def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     """Print the Packer build of this stack's node AMI (same roles, same BOM as a live configure).
 
@@ -181,7 +181,12 @@ def image(stack: str, stacks_dir: Path | None, as_json: bool) -> None:
     bom = load_bom(resolve_bom_path(spec, project))
     extravars = write_image_extravars(spec, bom, extravars_file_for(stack, spec, project))
     argv = packer_invocation(spec, bom, extravars_file=extravars, template=packer_template(project))
-    click.echo(json.dumps(argv) if as_json else shlex.join(argv))
+    if as_json:
+        from gpufleet.envelope import dumps, envelope
+
+        click.echo(dumps(envelope("image", stack, {"argv": argv, "bom_digest": bom.digest()}, schema_version=1)))
+    else:
+        click.echo(shlex.join(argv))
 
 
 # --- commands from other packages (one import and one add_command each) --------------------

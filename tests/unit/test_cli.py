@@ -125,7 +125,9 @@ def test_image_prints_the_packer_build_with_the_bom_digest(project):
 
     result = run("image", "-s", "dev", "--json")
     assert result.exit_code == 0, result.output
-    argv = json.loads(result.output)
+    doc = json.loads(result.output)
+    assert (doc["schema_version"], doc["kind"], doc["stack"]) == (1, "image", "dev")  # the envelope (issue 23 item 8)
+    argv = doc["argv"]
     assert argv[:2] == ["packer", "build"] and argv[-1].endswith("images/gpufleet.pkr.hcl")
     digest = load_bom(resolve_bom_path(load_stack("dev"))).digest()
     assert f"bom_digest={digest}" in argv and "os=ubuntu-22.04" in argv

@@ -151,7 +151,7 @@ def test_image_uses_the_projects_template_bom_and_state_folder(project, monkeypa
     monkeypatch.chdir(project / "stacks")
     result = run("image", "-s", "dev", "--json")
     assert result.exit_code == 0, result.output
-    argv = json.loads(result.output)
+    argv = json.loads(result.output)["argv"]
     assert argv[-1] == str(project.resolve() / "images" / "gpufleet.pkr.hcl")
     assert "bom_name=mutated-bom" in argv
     extravars = Path(next(a.split("=", 1)[1] for a in argv if a.startswith("extravars_file=")))

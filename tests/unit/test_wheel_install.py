@@ -154,7 +154,7 @@ def test_commands_read_the_mutated_project_wherever_they_run_from(installed, pro
                                 env={"GPUFLEET_PROJECT": str(project)})) == 4
     image = installed.run("image", "-s", "dev", "--json", cwd=project / "stacks")
     assert image.returncode == 0, image.stderr
-    argv = json.loads(image.stdout)
+    argv = json.loads(image.stdout)["argv"]
     assert "bom_name=mutated-bom" in argv and argv[-1] == str(project.resolve() / "images" / "gpufleet.pkr.hcl")
 
 
