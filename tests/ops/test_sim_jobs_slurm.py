@@ -48,8 +48,6 @@ STACK_FILE = """config:
     batchSize: 4
   gpufleet:pool:
     type: slurm
-  gpufleet:cost:
-    pricePerInstanceHour: 55.0
   gpufleet:image:
     os: al2023
     bom: images/bom.yaml
@@ -134,7 +132,8 @@ def test_after_pool_up_and_rollout_cost_reads_real_sacct_gpu_hours_per_partition
         assert {g["name"] for g in report["by_partition"]} == {"train", "sim"}
         assert {g["name"] for g in report["by_team"]} == {r[2] for r in rows}
         assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"] + report["by_team"])
-        assert report["gpu_hours"] > 0 and report["cost_usd"] > 0
+        assert report["gpu_hours"] > 0 and report["cost_usd"] > 0  # priced from the shipped Price List snapshot
+        assert "pricing.us-east-1.amazonaws.com" in report["price"]["source"]
         assert len(rows) == sum(g["jobs"] for g in report["by_partition"])
     finally:
         gpufleet(root, "pool", "down", "-s", STACK)
