@@ -95,8 +95,9 @@ def test_every_fleet_changing_command_leaves_one_entry_and_no_secret(fleet: Path
     text = (state_dir(fleet) / "audit.jsonl").read_text()
     assert CANARY not in text and CANARY[::-1] not in text and "[redacted]" in entries[0]["why"]
     history = gpufleet(fleet, "history", "-s", STACK, "--json")
-    assert history.exit_code == 0 and [json.loads(line)["what"] for line in history.output.splitlines()] == \
-        ["rollout", "pool blacklist", "pool clear", "pool readmit"]
+    doc = json.loads(history.output)  # one document with the envelope (issue 23 item 8), was one line per record
+    assert history.exit_code == 0 and (doc["kind"], doc["stack"]) == ("history", STACK)
+    assert [r["what"] for r in doc["records"]] == ["rollout", "pool blacklist", "pool clear", "pool readmit"]
     assert gpufleet(fleet, "history", "-s", STACK, "--since", "2999-01-01").output == ""
     assert gpufleet(fleet, "history", "-s", STACK, "--since", "yesterday").exit_code == 2
     plain = gpufleet(fleet, "history", "-s", STACK).output.splitlines()

@@ -191,7 +191,7 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
 @click.command()
 @stack_opt
 @click.option("--since", default=None, help="ISO date or time (UTC when no offset), e.g. 2026-11-30T12:00.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+@click.option("--json", "as_json", is_flag=True, help="The records as one JSON document (the envelope; `records`).")
 @click.option("--verify", is_flag=True, help="Check the whole hash chain; a broken one names its first broken "
                                             "record and exits 4.")
 def history(stack: str, since: str | None, as_json: bool, verify: bool) -> None:
@@ -217,12 +217,16 @@ def history(stack: str, since: str | None, as_json: bool, verify: bool) -> None:
             raise UsageError(f"--since {since!r} is not an ISO date or time", field="--since",
                              expected="e.g. 2026-11-30 or 2026-11-30T12:00") from None
         when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-    for rec in audit.read(project.state_dir(stack), when):
-        if as_json:
-            click.echo(json.dumps(rec, sort_keys=True))
-        else:
-            click.echo(f"{rec['at']}  {rec['who']}  {rec['what']}"
-                       + (f" {rec['target']}" if rec.get("target") else "") + f": {rec['why']}")
+    records = audit.read(project.state_dir(stack), when)
+    if as_json:  # one document with the envelope every JSON has (issue 23 item 8), not a line per record
+        from gpufleet.envelope import dumps, envelope
+
+        click.echo(dumps(envelope("history", stack, {"since": when.isoformat() if when else None,
+                                                     "records": list(records)}, schema_version=1)))
+        return
+    for rec in records:
+        click.echo(f"{rec['at']}  {rec['who']}  {rec['what']}"
+                   + (f" {rec['target']}" if rec.get("target") else "") + f": {rec['why']}")
 
 
 @click.command()
