@@ -96,3 +96,15 @@ def test_the_nccl_tests_the_preflight_runs_are_the_ones_a_role_builds():
     assert len(role["nccl_tuning_tests_commit"]) == 40 and role["nccl_tuning_build_tests"] is True
     build = next(t for t in tasks if t.get("name", "").startswith("Build nccl-tests"))["ansible.builtin.command"]
     assert "MPI=0" in build["argv"] and "NCCL_HOME=/usr" in build["argv"]
+
+
+def test_slurm_steps_keep_the_nodes_memlock():
+    """node-config-review M7: Slurm propagates the submitting shell's limits to steps by default."""
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.slurm.conf import RealFlavour, generate
+    from gpufleet.spec import load_stack
+
+    spec = load_stack("dev")
+    conf = generate(spec, build_plan(spec), RealFlavour(controller_host="h", controller_address="10.0.16.10"),
+                    "24.11.6").slurm_conf
+    assert "PropagateResourceLimitsExcept=MEMLOCK" in conf.splitlines()

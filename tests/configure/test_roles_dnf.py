@@ -164,6 +164,8 @@ def test_rendered_configuration(applied):
     assert [line for line in env_text.splitlines() if not line.startswith("#")] == \
         [f"{k}={v}" for k, v in env.job_env.items()]
     assert "memlock    unlimited" in (root / "etc/security/limits.d/90-gpufleet-efa.conf").read_text()
+    memlock = (root / "etc/systemd/system/slurmd.service.d/gpufleet-efa-memlock.conf").read_text()
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in memlock  # PAM limits never reach slurmd (M7)
     assert (root / "etc/modules-load.d/gpufleet-efa.conf").read_text() == "efa\n"
     # the plugin's directories on the loader path (node-config-review F4): deb multiarch, rpm lib64 and lib
     ld_dirs = [x for x in (root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").read_text().splitlines()

@@ -218,6 +218,9 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "TaskPlugin=task/cgroup,task/affinity",
         "MpiDefault=pmix",
         "PrologFlags=Alloc,Contain",
+        # steps keep slurmd's unlimited memlock (EFA memory registration), not the submitting shell's:
+        # srun runs on the controller, which has no EFA limits (slurm.conf(5); node-config-review M7)
+        "PropagateResourceLimitsExcept=MEMLOCK",
     ]
 
 
