@@ -424,3 +424,58 @@ def test_the_rendered_examples_are_the_documented_jobs_with_the_stacks_image(pro
     layout = q.queue_layout(pinned, plan, pinned.cluster.instance)
     assert list(yaml.safe_load_all(text)) == uj.documented_jobs(
         layout, {p.name: p.mode for p in plan.partitions}, plan.topology, IMAGE, ["hostname"], pinned.storage.mount_path)
+
+
+# --- preemption between the teams' priorities ------------------------------------------------
+
+def with_preemption(stack: str, tenants: list[dict[str, Any]] | None = None):
+    """The stack (prod: its partitions borrow from each other) with preemption and team priorities."""
+    spec = load_stack(stack)
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["pool"] = {**raw["pool"], "preemption": "requeue"}
+    raw["ops"] = {**raw.get("ops", {}), "tenants": tenants or [
+        {"name": "bulk", "partitions": ["train", "debug"]},
+        {"name": "urgent", "partitions": ["train"], "priority": 50}]}
+    return type(spec).from_raw(raw, source=f"tests: stack {stack} with team priorities")
+
+
+def test_with_preemption_a_prioritised_team_submits_at_its_own_class_and_may_preempt_lower_borrowers():
+    spec = with_preemption("prod")
+    cap = capture_program(spec, stack="prod", target_batch=1)
+    objs = objects(cap)
+    classes = {o["metadata"]["name"]: o["value"] for o in of_kind(objs, "WorkloadPriorityClass")}
+    train = next(p.priority for p in spec.partitions if p.name == "train")
+    assert classes["gpufleet-train-urgent"] == train + 50 and classes["gpufleet-train"] == train
+    assert "gpufleet-train-bulk" not in classes  # priority 0: the partition's class
+    for o in of_kind(objs, "WorkloadPriorityClass") + of_kind(objs, "ClusterQueue"):
+        validate_kueue(o)
+    cqs = named(objs, "ClusterQueue")
+    assert cqs["train-urgent"]["spec"]["preemption"] == {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                                                         "borrowWithinCohort": {"policy": "LowerPriority"}}
+    layout = {x.name: x for x in q.queue_layout(spec, cap.plan, spec.cluster.instance)}
+    urgent, bulk = layout["train-urgent"], layout["train-bulk"]
+    (pol,) = [r.inputs for r in cap.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+              if r.inputs["metadata"]["name"] == POLICY]
+    ns = live_namespace(named(objs, "Namespace")["train-urgent"])
+    assert ns["metadata"]["labels"][q.PRIORITY_NAMESPACE_LABEL] == "gpufleet-train-urgent"
+    assert admit(pol, plain_job("train-urgent", q.submission_labels(urgent)), ns) == []
+    # the partition's class in urgent's queue is refused: a team submits at its own priority
+    (msg,) = admit(pol, plain_job("train-urgent", {**q.submission_labels(urgent), q.PRIORITY_LABEL: "gpufleet-train"}), ns)
+    assert msg.endswith("kueue.x-k8s.io/priority-class=gpufleet-train-urgent")
+    # and what users are told to submit names it (gpufleet pool units)
+    jobs = [d for d in yaml.safe_load_all(uj.render(spec.model_copy(update={"acceptance": spec.acceptance.model_copy(
+        update={"workload_image": IMAGE})}), cap.plan)) if d and d.get("metadata", {}).get("namespace") == "train-urgent"]
+    assert jobs and all(j["metadata"]["labels"][q.PRIORITY_LABEL] == "gpufleet-train-urgent" for j in jobs)
+    assert q.submission_labels(bulk)[q.PRIORITY_LABEL] == "gpufleet-train"
+
+
+def test_a_team_priority_that_would_outrank_a_higher_partition_it_borrows_from_is_refused(prod_teams):
+    spec = with_preemption("prod", [{"name": "urgent", "partitions": ["debug"], "priority": 40}])
+    assert spec.pool.kueue_cohort_borrowing  # prod's partitions lend each other blocks
+    prios = {p.name: p.priority for p in spec.partitions}
+    assert (prios["debug"], prios["sim"]) == (10, 50)  # debug's 10 + 40 would tie sim's class
+    with pytest.raises(ConfigError, match="at or past a higher partition's 50") as err:
+        q.queue_layout(spec, prod_teams.plan, spec.cluster.instance)
+    assert err.value.field == "gpufleet:ops.tenants[0].priority"
+    ok = with_preemption("prod", [{"name": "urgent", "partitions": ["debug"], "priority": 39}])
+    assert q.queue_layout(ok, prod_teams.plan, ok.cluster.instance)[-1].class_value == 49

@@ -87,14 +87,13 @@ class Kueue(pulumi.ComponentResource):
         after = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self.topology = _object(f"{name}-topology", m.topology(), after)
         partitions = list(q.by_partition(queues))
-        first = {p: qs[0] for p, qs in q.by_partition(queues).items()}
         self.flavors = [_object(f"{name}-flavor-{p}", m.resource_flavor(instance_type, p),
                                 pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.topology]))
                         for p in partitions]
         cohorts = [_object(f"{name}-cohort-{c['metadata']['name']}", c, after)
                    for c in q.cohorts(partitions, stack_cohort)]
-        for p in partitions:
-            _object(f"{name}-priority-{p}", q.workload_priority_class(p, first[p].priority), after)
+        for pc in q.priority_classes(queues):
+            _object(f"{name}-priority-{pc['metadata']['name'].removeprefix('gpufleet-')}", pc, after)
         self.cluster_queues: dict[str, pulumi.CustomResource] = {}
         for queue in queues:
             self.cluster_queues[queue.name] = _object(

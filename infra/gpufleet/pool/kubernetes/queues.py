@@ -20,6 +20,12 @@ Layout per partition `P` (its quota is `quotaUnits`, else its allocated units):
 - every queue's namespace carries the labels the submission policy reads: the priority class to
   name (`gpufleet-P`, a WorkloadPriorityClass with the partition's priority) and, where the stack
   caps run time (interactive partitions), the largest `kueue.x-k8s.io/max-exec-time-seconds`.
+- with `pool.preemption`, a team with a priority (`ops.tenants[].priority`) names its own class
+  `gpufleet-P-T` (the partition's priority plus the team's), and its ClusterQueue may preempt
+  lower-priority workloads of the cohort when it borrows (`borrowWithinCohort: LowerPriority`).
+  Kueue never preempts a workload inside its own queue's nominal quota for another queue's higher
+  priority: a team's share stays a guarantee, priority decides over what is lent. Slurm, which has
+  no guaranteed shares, preempts the lower team's job outright (`gpufleet.plan.access.preempt_lists`).
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ class TeamQueue:
     priority: int
     max_exec_seconds: int | None
     sku: InstanceType
+    team_priority: int = 0  # ops.tenants[].priority, counted only with pool.preemption
+    preemption: bool = False  # pool.preemption is not off
 
     @property
     def name(self) -> str:
@@ -74,8 +82,17 @@ class TeamQueue:
         return self.units * self.unit_gpus
 
     @property
+    def own_class(self) -> bool:
+        """A team with a priority under preemption has its own priority class."""
+        return self.preemption and self.team is not None and self.team_priority > 0
+
+    @property
     def priority_class(self) -> str:
-        return priority_class_name(self.partition)
+        return f"{priority_class_name(self.partition)}-{self.team}" if self.own_class else priority_class_name(self.partition)
+
+    @property
+    def class_value(self) -> int:
+        return self.priority + (self.team_priority if self.own_class else 0)
 
     def resources(self) -> list[dict[str, Any]]:
         """The quota in GPUs and the node share of CPU, memory and EFA devices that goes with them."""
@@ -136,22 +153,55 @@ def queue_layout(spec: ClusterSpec, plan: ClusterPlan, sku: InstanceType) -> lis
         teams = [(i, t) for i, t in tenants if alloc.name in t.partitions]
         units = _team_units(alloc, total, teams)
 
-        def queue(team: str | None, n: int, a: PartitionAllocation = alloc) -> TeamQueue:
-            return TeamQueue(partition=a.name, team=team, units=n, unit_gpus=plan.topology.unit_gpus,
-                             priority=a.priority, max_exec_seconds=max_exec_seconds(spec, a.name, a.mode), sku=sku)
+        def queue(team: Tenant | None, n: int, a: PartitionAllocation = alloc) -> TeamQueue:
+            return TeamQueue(partition=a.name, team=None if team is None else team.name, units=n,
+                             unit_gpus=plan.topology.unit_gpus, priority=a.priority,
+                             max_exec_seconds=max_exec_seconds(spec, a.name, a.mode), sku=sku,
+                             team_priority=0 if team is None else team.priority,
+                             preemption=spec.pool.preemption != "off")
         out.append(queue(None, total - sum(units.values())))
-        out += [queue(t.name, units[t.name]) for _, t in teams]
+        out += [queue(t, units[t.name]) for _, t in teams]
     names = [q.name for q in out] + [cohort_name(a.name) for a in plan.partitions]
     clash = sorted({n for n in names if names.count(n) > 1} | {q.name for q in out if len(q.name) > 63})
     if clash:
         raise ConfigError(f"partition and team names make the Kubernetes names {clash} twice or too long",
                           field="gpufleet:ops.tenants", expected="teams whose <partition>-<team> names are unique "
                           "(at most 63 characters) and differ from every partition and gpufleet-<partition>")
+    _check_class_order(spec, out)
     if spec.pool.kueue_cohort_borrowing and len(plan.partitions) > MAX_FLAVORS:
         raise ConfigError(f"{len(plan.partitions)} partitions cannot borrow from each other: a ClusterQueue lists "
                           f"at most {MAX_FLAVORS} flavors", field="gpufleet:pool.kueueCohortBorrowing",
                           expected=f"false, or at most {MAX_FLAVORS} partitions")
     return out
+
+
+def _check_class_order(spec: ClusterSpec, queues: Sequence[TeamQueue]) -> None:
+    """Partitions that lend each other blocks are compared by class value: a team's priority may not
+    lift its class to a higher partition's, or its workloads would preempt that partition's."""
+    if not spec.pool.kueue_cohort_borrowing:
+        return
+    for q in queues:
+        above = [o.priority for o in queues if o.priority > q.priority]
+        if q.own_class and above and q.class_value >= min(above):
+            i = next(i for i, t in enumerate(spec.ops.tenants) if t.name == q.team)
+            raise ConfigError(f"team {q.team!r} at priority {q.team_priority} lifts its class on partition "
+                              f"{q.partition!r} (priority {q.priority}) to {q.class_value}, at or past a "
+                              f"higher partition's {min(above)}, which borrows from it",
+                              field=f"gpufleet:ops.tenants[{i}].priority",
+                              expected=f"below {min(above) - q.priority}, or kueueCohortBorrowing false")
+
+
+def priority_classes(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
+    """Each partition's class and, under preemption, each prioritised team's, once each."""
+    out: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        if q.priority_class not in out:
+            who = f"team {q.team} on partition {q.partition} (priority {q.priority} + the team's {q.team_priority})" \
+                if q.own_class else f"partition {q.partition} (gpufleet:partitions priority)"
+            out[q.priority_class] = {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
+                                     "metadata": {"name": q.priority_class, "labels": dict(MANAGED_BY)},
+                                     "value": q.class_value, "description": f"gpufleet {who}"}
+    return list(out.values())
 
 
 def namespace(q: TeamQueue) -> dict[str, Any]:
@@ -187,7 +237,8 @@ def cluster_queue(q: TeamQueue, partitions: Sequence[str], borrow_across: bool) 
         flavors += [{"name": partition_flavor_name(p, q.sku.name), "resources": zero}
                     for p in partitions if p != q.partition]
     preemption: dict[str, Any] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
-    if borrow_across:  # a higher-priority partition may take back borrowed blocks from a lower one's borrowers
+    # a higher-priority partition (or, with pool.preemption, team) may take back lent blocks from lower borrowers
+    if borrow_across or q.preemption:
         preemption["borrowWithinCohort"] = {"policy": "LowerPriority"}
     spec = {"cohortName": cohort_name(q.partition),
             "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: q.namespace}},
@@ -202,13 +253,6 @@ def local_queue(q: TeamQueue) -> dict[str, Any]:
     return {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue",
             "metadata": {"name": q.name, "namespace": q.namespace, "labels": dict(MANAGED_BY)},
             "spec": {"clusterQueue": q.name}}
-
-
-def workload_priority_class(partition: str, priority: int) -> dict[str, Any]:
-    return {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
-            "metadata": {"name": priority_class_name(partition), "labels": dict(MANAGED_BY)},
-            "value": priority,
-            "description": f"gpufleet partition {partition} (gpufleet:partitions priority)"}
 
 
 def submission_labels(q: TeamQueue) -> dict[str, str]:
