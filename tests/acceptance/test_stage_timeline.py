@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gpufleet import catalog
+from gpufleet.plan import build_plan
 from gpufleet.reports import rollout as report
 from gpufleet.reports.render import junit, markdown
 from gpufleet.reports.rollout_document import ACCEPTANCE_LANE, rollout_document, timeline_spans
@@ -96,8 +97,8 @@ def test_blocks_of_two_or_more_sample_as_before():
 
 # ------------------------------------------------------------------ through the orchestrator
 
-def _rollout(tmp_path, spec):
-    o = orchestrator(tmp_path, FakeCloud(), spec)
+def _rollout(tmp_path, spec, cloud=None):
+    o = orchestrator(tmp_path, cloud or FakeCloud(), spec)
     sku = catalog.get(spec.cluster.instance_type)
     collector = SimAcceptanceCollector(spec.storage, o.plan.storage, sku, spec.acceptance, seed=1)
     o.hooks = AcceptanceHooks(AcceptanceRunner(spec, o.plan, tmp_path / "state", collector, sku, journal=o.journal))
@@ -129,8 +130,8 @@ def test_a_rollout_reports_the_stages_inside_its_time_to_pool(tmp_path):
     assert {s.stage: s.end - s.start for s in lane} == pytest.approx(seconds, abs=0.2)
 
 
-def test_one_canary_node_network_not_applicable_and_smoke_failed_then_retried(tmp_path):
-    spec = small_spec(nodes=4)  # the canary is one node
+def test_one_node_cluster_network_not_applicable_and_smoke_failed(tmp_path):
+    spec = small_spec(nodes=1, spare_fraction=0)  # the whole cluster (and so its canary) is one node
     o, shown = _rollout(tmp_path, spec)
     out = o.run()
     network, smoke = out.state.acceptance["network"], out.state.acceptance["smoke"]
@@ -151,6 +152,19 @@ def test_one_canary_node_network_not_applicable_and_smoke_failed_then_retried(tm
     cases = {c.get("classname"): c for c in ET.fromstring(junit.render(doc).split("\n", 1)[1]).iter("testcase")}
     assert cases["acceptance.network"].find("skipped") is not None  # not a pass
     assert cases["acceptance.smoke"].find("failure") is not None
+
+
+def test_a_canary_left_with_one_node_fails_the_smoke_job_then_retried(tmp_path):
+    # the canary holds the smoke job's two nodes; one stays broken and no spare replaces it, so the
+    # canary ends with one admitted node (within its failure budget) and the smoke job cannot run
+    spec = small_spec(nodes=4, spare_fraction=0, canaryMaxFailureRate=0.5)
+    broken = build_plan(spec).batch_nodes(1)[1].name
+    o, shown = _rollout(tmp_path, spec, FakeCloud(sticky={broken: frozenset({"nvlink_down"})}))
+    out = o.run()
+    smoke = out.state.acceptance["smoke"]
+    assert smoke.status is st.StageStatus.FAILED and smoke.reason_codes == ["smoke-too-few-nodes"]
+    assert out.halted and "1 admitted" in out.halt_reason
+    assert any(x.startswith("acceptance smoke") and "FAILED" in x for x in shown.getvalue().splitlines())
 
     _retry(o.journal, "smoke", "tst")  # `--retry-stage smoke`, after the canary got a second node
     assert not o.journal.state.halted
