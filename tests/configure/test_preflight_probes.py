@@ -108,3 +108,10 @@ def test_slurm_steps_keep_the_nodes_memlock():
     conf = generate(spec, build_plan(spec), RealFlavour(controller_host="h", controller_address="10.0.16.10"),
                     "24.11.6").slurm_conf
     assert "PropagateResourceLimitsExcept=MEMLOCK" in conf.splitlines()
+
+
+def test_the_efa_loopback_forces_the_traffic_through_the_nic():
+    """node-config-review M9: P2P and SHM off still leave NVLS (NVSwitch SHARP) carrying the all_reduce."""
+    cmd = next(c for c in _rendered("gpufleet_commands") if c["name"] == "nccl-efa-loopback.txt")["cmd"]
+    for setting in ("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_NVLS_ENABLE=0", "NCCL_ALGO=Ring"):
+        assert setting in cmd.split(), setting
