@@ -137,8 +137,12 @@ def token(stack: str, rotate: bool) -> None:
 @click.option("--burst", default=100, show_default=True, type=click.IntRange(min=1))
 @click.option("--timeout", "read_timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds a connection may take to send its request.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None, help="Serve HTTPS with this certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None, help="The certificate's private key (PEM).")
+@click.option("--client-ca", type=click.Path(dir_okay=False), default=None,
+              help="Mutual TLS: require a client certificate signed by this CA (PEM); needs --tls-cert.")
 def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate: float, burst: int,
-          read_timeout: float) -> None:
+          read_timeout: float, tls_cert: str | None, tls_key: str | None, client_ca: str | None) -> None:
     """Receive Alertmanager notifications: quarantine within the alert budget, page beyond it."""
     from gpufleet.ops import actions, audit, server
     from gpufleet.pool.factory import pool_for
@@ -147,6 +151,10 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
     if not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise UsageError(f"--listen {listen!r} is not host:port", field="--listen",
                          expected="a host and a TCP port from 1 to 65535, e.g. 127.0.0.1:9797")
+    if (tls_cert is None) != (tls_key is None) or (client_ca is not None and tls_cert is None):
+        raise UsageError("--tls-cert and --tls-key go together, and --client-ca needs them", field="--tls-cert",
+                         expected="--tls-cert FILE --tls-key FILE [--client-ca FILE], or none of them (plain HTTP)")
+    tls = server.tls_context(tls_cert, tls_key, client_ca) if tls_cert is not None and tls_key is not None else None
     project, spec = _context(stack)
     state_dir = project.state_dir(stack)
     settings = server.Settings(token=_token(token_file, state_dir, no_auth), rate=rate, burst=burst,
@@ -173,11 +181,15 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
     pager = server.Pager(send_pages)
     try:
         httpd = server.serve(host, int(port), apply=lambda note: actions.handle(note, stack, project, pager=pager).summary(),
-                             pool_state=the_pool.state, settings=settings, audit=audited, on_failed=failed)
+                             pool_state=the_pool.state, settings=settings, audit=audited, on_failed=failed,
+                             tls=tls)
     except OSError as exc:  # the port is taken, the address is not this host's, a privileged port
         raise ExternalCommandFailed(f"listening on {listen}", exc.strerror or str(exc)) from None
     auth = "no authentication (--no-auth)" if settings.token is None else "bearer token required"
-    click.echo(f"gpufleet ops serve: stack {stack} on http://{host}:{httpd.server_address[1]}/ "
+    if client_ca is not None:
+        auth += ", client certificate required (mutual TLS)"
+    scheme = "https" if tls is not None else "http"
+    click.echo(f"gpufleet ops serve: stack {stack} on {scheme}://{host}:{httpd.server_address[1]}/ "
                f"(alert budget {spec.ops.max_quarantine_share:.0%} of a partition; {auth})", err=True)
     try:
         httpd.serve_forever()

@@ -24,6 +24,7 @@ import json
 import logging
 import queue
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import Future
@@ -348,6 +349,19 @@ def make_handler(intake: Intake, pool_state: Callable[[], PoolState], settings: 
                 return None
             return b"".join(chunks)
 
+        def handle(self) -> None:
+            if isinstance(self.connection, ssl.SSLSocket):
+                try:
+                    self.connection.do_handshake()
+                except (ssl.SSLError, OSError) as exc:  # no client certificate, one the CA did not sign, a stall
+                    why = getattr(exc, "reason", None) or type(exc).__name__
+                    log.error("refused a TLS connection from %s: %s", self._caller(), why)
+                    audit("webhook refused", "TLS handshake failed", {"caller": self._caller(), "status": None,
+                                                                      "tls": str(why)})
+                    self.close_connection = True
+                    return
+            super().handle()
+
         def log_message(self, fmt: str, *args: Any) -> None:
             log.info("%s %s", self._caller(), fmt % args)
 
@@ -356,17 +370,36 @@ def make_handler(intake: Intake, pool_state: Callable[[], PoolState], settings: 
 
 class OpsHTTPServer(ThreadingHTTPServer):
     """Threads per connection, at most `max_connections` at once (beyond it: closed at once), a
-    listen backlog of 128 (the default 5 reset a burst of 20 clients)."""
+    listen backlog of 128 (the default 5 reset a burst of 20 clients). With `tls`, each accepted
+    socket is wrapped and its handshake done in the connection's own thread, under the read
+    timeout, so a client that stalls in the handshake holds no other caller."""
 
     request_queue_size = 128
     daemon_threads = True
     block_on_close = False
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int,
-                 on_close: Callable[[], None] = lambda: None) -> None:
+                 on_close: Callable[[], None] = lambda: None, tls: ssl.SSLContext | None = None) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
         self._on_close = on_close
+        self.tls = tls
         super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or reset mid-answer is a log line, not a traceback on stderr."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.info("connection from %s ended early: %s", client_address[0], type(exc).__name__)
+            return
+        log.exception("a request from %s failed", client_address[0])
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -388,13 +421,37 @@ class OpsHTTPServer(ThreadingHTTPServer):
 
 def serve(host: str, port: int, *, apply: Callable[[Notification], dict[str, Any]],
           pool_state: Callable[[], PoolState], settings: Settings, audit: AuditCall,
-          on_failed: Callable[[_Item, Exception], None] = lambda _i, _e: None) -> OpsHTTPServer:
+          on_failed: Callable[[_Item, Exception], None] = lambda _i, _e: None,
+          tls: ssl.SSLContext | None = None) -> OpsHTTPServer:
     """A bound server (port 0: any free port; `server.server_address` says which); call
-    serve_forever, then server_close (which stops the worker)."""
+    serve_forever, then server_close (which stops the worker). `tls`: `tls_context`'s."""
     intake = Intake(apply, on_failed=on_failed)
     limits = RateLimit(settings.rate, settings.burst)
     return OpsHTTPServer((host, port), make_handler(intake, pool_state, settings, audit, limits),
-                         settings.max_connections, on_close=intake.stop)
+                         settings.max_connections, on_close=intake.stop, tls=tls)
+
+
+def tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
+    """HTTPS with the server's certificate; with `client_ca`, mutual TLS: a client must present a
+    certificate that CA signed (Alertmanager's `http_config.tls_config` cert_file/key_file), else
+    the handshake fails before any request is read. The bearer token is still required."""
+    from gpufleet.errors import ConfigError
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{cert} / {key}: not a certificate and its key ({exc})", field="--tls-cert/--tls-key",
+                          expected="PEM files: the server's certificate (chain) and its private key") from None
+    if client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"{client_ca}: not a CA certificate ({exc})", field="--client-ca",
+                              expected="a PEM file of the CA that signs Alertmanager's client certificate") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 def read_token(text: str, where: str) -> str:
