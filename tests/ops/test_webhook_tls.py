@@ -136,3 +136,63 @@ def test_serve_refuses_half_a_tls_configuration(pki: Path) -> None:
     for args in (["--tls-cert", str(pki / "server.pem")], ["--client-ca", str(pki / "ca.pem")]):
         result = CliRunner().invoke(main, ["ops", "serve", "-s", "local", "--listen", "127.0.0.1:9797", *args])
         assert result.exit_code == 2 and "--tls-cert and --tls-key go together" in result.output, result.output
+
+
+def _alertmanager_posts(served: Served, pki: Path, tmp_path: Path, tls: dict[str, str], until: Any) -> None:
+    """A real Alertmanager (Debian's) with the token and `tls` in its webhook's http_config, fed one
+    alert through its own API; returns once `until()` holds."""
+    import yaml
+
+    from gpufleet.monitoring import scrape
+    from tests.ops.conftest import ensure_tool
+    from tests.ops.serving import free_port
+
+    binary = ensure_tool("prometheus-alertmanager")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    config = scrape.alertmanager_config(f"https://127.0.0.1:{served.port}/", group_wait_s=1,
+                                        credentials_file=str(tmp_path / "token"), tls=tls)
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    with (tmp_path / "am.log").open("w") as log:
+        proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        body = json.dumps([{"labels": {"alertname": "GpuXidFatal", "node": "n1", "severity": "critical",
+                                       "gpufleet_action": "quarantine"},
+                            "annotations": {"summary": "a GPU reported an Xid the gates quarantine on"}}]).encode()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    assert r.status == 200
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "am.log").read_text()[-2000:]
+                time.sleep(0.3)
+        while not until():
+            assert time.monotonic() < deadline, (tmp_path / "am.log").read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow  # Debian's Alertmanager, installed when missing
+def test_a_real_alertmanager_with_its_client_certificate_and_the_token_is_served(served: Served, pki: Path,
+                                                                              tmp_path: Path) -> None:
+    tls = {"ca_file": str(pki / "ca.pem"), "cert_file": str(pki / "alertmanager.pem"),
+           "key_file": str(pki / "alertmanager.key")}
+    _alertmanager_posts(served, pki, tmp_path, tls, lambda: bool(served.applied))
+    note = served.applied[0]
+    assert note.alerts[0].labels["node"] == "n1" and note.receiver == "gpufleet"
+    assert [what for what, _, _ in served.audited] == ["webhook accepted"]
+
+
+@pytest.mark.slow
+def test_a_real_alertmanager_without_a_client_certificate_is_refused_in_the_handshake(served: Served, pki: Path,
+                                                                                    tmp_path: Path) -> None:
+    _alertmanager_posts(served, pki, tmp_path, {"ca_file": str(pki / "ca.pem")}, lambda: bool(served.audited))
+    assert served.applied == [] and served.audited[0][:2] == ("webhook refused", "TLS handshake failed")

@@ -36,14 +36,20 @@ def prometheus_config(*, alertmanager: str, gpufleet: str, scrape_interval_s: in
 
 
 def alertmanager_config(webhook_url: str, *, group_wait_s: int = 10,
-                        credentials_file: str | None = None) -> dict[str, Any]:
+                        credentials_file: str | None = None, tls: dict[str, str] | None = None) -> dict[str, Any]:
     """Alertmanager routes every gpufleet alert to `gpufleet ops serve`, one notification per node,
     with the webhook's bearer token read from `credentials_file` (Alertmanager's own
     `http_config.authorization`; the token never sits in the configuration). None: no token
-    (only for an `ops serve --no-auth` test bench)."""
+    (only for an `ops serve --no-auth` test bench). `tls`: Alertmanager's `http_config.tls_config`
+    (`ca_file` for the server's CA; `cert_file`/`key_file` for `ops serve --client-ca`'s mutual TLS)."""
     hook: dict[str, Any] = {"url": webhook_url, "send_resolved": True}
+    http: dict[str, Any] = {}
     if credentials_file is not None:
-        hook["http_config"] = {"authorization": {"type": "Bearer", "credentials_file": credentials_file}}
+        http["authorization"] = {"type": "Bearer", "credentials_file": credentials_file}
+    if tls:
+        http["tls_config"] = dict(tls)
+    if http:
+        hook["http_config"] = http
     return {
         "route": {"receiver": "gpufleet", "group_by": ["alertname", NODE_LABEL], "group_wait": f"{group_wait_s}s",
                   "group_interval": "1m", "repeat_interval": "4h"},
