@@ -8,8 +8,12 @@ import json
 
 from gpufleet.daytwo.collect import collector_for
 from gpufleet.daytwo.context import open_day_two
+from gpufleet.daytwo.patrol import batches, concurrency_budget
 from gpufleet.daytwo.patrol_run import run_patrol
+from gpufleet.daytwo.upgrade_plan import limits
+from gpufleet.spec import UpgradeConfig
 from gpufleet.project import load_project
+from tests.daytwo.test_upgrade_plan import local_plan
 from tests.daytwo.fleet import STACK, admitted, daytwo_events, gpufleet, pool_doc, set_busy, state_dir
 
 
@@ -97,9 +101,73 @@ def test_a_node_that_turns_busy_during_the_patrol_is_deferred_not_quarantined(fl
         class JobLands:
             def collect(self, instances, since, dest):
                 result = inner.collect(instances, since, dest)
-                set_busy(fleet, slot)  # the scheduler placed a job while the bundles were collected
+                if slot in [i.slot for i in instances]:
+                    set_busy(fleet, slot)  # the scheduler placed a job while its bundle was collected
                 return result
 
         outcome = run_patrol(d, JobLands())
     assert outcome.deferred == [slot] and not outcome.quarantined
     assert pool_doc(fleet)["nodes"][slot]["state"] == "admitted"
+
+
+def test_the_patrol_checks_in_rounds_within_a_budget_from_the_plan_and_yields_to_a_job(fleet):
+    """The budget is the plan's: each partition's nodes of the units an upgrade may take out at once;
+    a wider allowance means fewer rounds. A node a job takes before its round is left to the job."""
+    project = load_project(fleet)
+    taken = []
+    with open_day_two(STACK, "patrol", project=project) as d:
+        inner = collector_for(d)
+        partition_of = {s: n.partition for s, n in d.pool.state().nodes.items()}
+        expected = concurrency_budget(d.plan, limits(d.plan, d.spec.upgrade))
+        idle = admitted(fleet)
+        later = idle[-1]
+
+        class Rounds:
+            def collect(self, instances, since, dest):
+                taken.append([i.slot for i in instances])
+                if len(taken) == 1:
+                    set_busy(fleet, later)  # a real job lands on a node still waiting for its round
+                return inner.collect(instances, since, dest)
+
+        outcome = run_patrol(d, Rounds())
+    assert outcome.budget == expected and outcome.rounds == len(taken) > 1
+    for names in taken:  # no round holds more of a partition than its budget
+        for part, cap in expected.items():
+            assert sum(partition_of[s] == part for s in names) <= cap, (part, names)
+    assert outcome.yielded == [later] and later not in {s for names in taken for s in names}
+    everyone = {s for s, n in pool_doc(fleet)["nodes"].items() if n["state"] == "admitted"}
+    assert {r.slot for r in outcome.checked} == everyone - {later} - set(outcome.unreachable)
+    (event,) = [e for e in daytwo_events(fleet) if e["type"] == "patrol"]
+    assert event["budget"] == expected and event["rounds"] == outcome.rounds and event["yielded"] == [later]
+
+    stack = fleet / "stacks" / f"Pulumi.{STACK}.yaml"  # a wider allowance: bigger rounds, fewer of them
+    stack.write_text(stack.read_text().replace("config:\n", "config:\n  gpufleet:upgrade:\n    maxUnavailableFraction: 0.5\n", 1))
+    set_busy(fleet, later, False)
+    with open_day_two(STACK, "patrol", project=load_project(fleet)) as d:
+        wider = run_patrol(d, collector_for(d))
+    assert all(wider.budget[p] >= expected[p] for p in expected) and wider.budget != expected
+    assert wider.rounds < outcome.rounds
+
+
+
+def test_the_budget_follows_the_plan_and_rounds_respect_it():
+    """On the 1000-GPU `local` plan: the nodes of each partition's allowed units, one node at the
+    least; a wider allowance, a wider budget; rounds never exceed it."""
+    plan = local_plan()
+    budget = concurrency_budget(plan, limits(plan, UpgradeConfig()))
+    per_unit = {u.partition: len(u.nodes) for u in plan.units if u.partition is not None}
+    assert budget == {p: n * per_unit[p] for p, n in limits(plan, UpgradeConfig()).items()}  # whole units' nodes
+    assert budget["train"] > budget["sim"] >= budget["debug"] >= 1
+    wide = concurrency_budget(plan, limits(plan, UpgradeConfig(max_unavailable_fraction=0.5)))
+    assert wide["train"] > budget["train"]
+    partition_of = {}
+    for u in plan.units:
+        for i in u.nodes:
+            partition_of[plan.nodes[i].name] = u.partition
+    slots = sorted(partition_of)
+    rounds = batches(slots, partition_of, budget)
+    assert sorted(s for r in rounds for s in r) == slots
+    for r in rounds:
+        for part, cap in budget.items():
+            assert sum(partition_of[s] == part for s in r) <= cap
+    assert len(rounds) == max(-(-sum(v == p for v in partition_of.values()) // budget[p]) for p in budget)

@@ -27,6 +27,7 @@ from gpufleet.gates.checks.gpu import check_ecc_uncorrectable, check_gpu_count, 
 from gpufleet.gates.checks.kernel_log import check_kernel_log
 from gpufleet.gates.settings import GateSettings
 from gpufleet.gates.verdict import CheckResult, Verdict
+from gpufleet.plan.model import ClusterPlan
 from gpufleet.pool.protocol import NodeState, PoolState
 
 PATROL_FILES = (B.QUERY_GPU, B.REMAPPED_ROWS, B.SMI_Q, B.NVLINK_S, B.KERNEL_LOG, B.FI_INFO, B.LSPCI_EFA,
@@ -163,3 +164,40 @@ def light_commands(gpus: int, since: datetime | None, nccl_tests_dir: str = "/op
 
 def worst_first(results: Sequence[PatrolResult]) -> list[PatrolResult]:
     return sorted(results, key=lambda r: (r.passed, r.slot))
+
+
+def concurrency_budget(plan: ClusterPlan, out_units: dict[str, int]) -> dict[str, int]:
+    """Per partition, how many of its nodes the patrol may hold at once: the nodes of the units the
+    stack lets that partition have out of service (`out_units`, the upgrade's allowance from
+    `gpufleet.daytwo.upgrade_plan.limits`), at least one node. From the plan, not a fixed number:
+    a partition of 80 units with 10% allowed is checked 8 units' nodes at a time, one of 4 units a
+    node at a time, so the patrol never keeps more of a partition from work than an upgrade would."""
+    nodes_per_unit: dict[str, int] = {}
+    members: dict[str, set[int]] = {}
+    for u in plan.units:
+        if u.partition is not None:
+            nodes_per_unit[u.partition] = max(nodes_per_unit.get(u.partition, 1), len(u.nodes))
+            members.setdefault(u.partition, set()).update(u.nodes)
+    return {p.name: max(1, min(len(members.get(p.name, ())) or 1,
+                               out_units.get(p.name, 1) * nodes_per_unit.get(p.name, 1)))
+            for p in plan.partitions}
+
+
+def batches(slots: Sequence[str], partition_of: dict[str, str | None], budget: dict[str, int]) -> list[list[str]]:
+    """`slots` in rounds, each holding at most `budget[p]` nodes of partition p (a node outside every
+    partition counts against the smallest budget): what one patrol round takes from work at once."""
+    smallest = min(budget.values(), default=1)
+    rounds: list[list[str]] = []
+    used: list[dict[str | None, int]] = []
+    for slot in slots:
+        part = partition_of.get(slot)
+        cap = budget.get(part, smallest) if part is not None else smallest
+        for i, counts in enumerate(used):
+            if counts.get(part, 0) < cap:
+                counts[part] = counts.get(part, 0) + 1
+                rounds[i].append(slot)
+                break
+        else:
+            used.append({part: 1})
+            rounds.append([slot])
+    return rounds

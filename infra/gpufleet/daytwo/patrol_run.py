@@ -2,6 +2,11 @@
 against its own admission, quarantine the failing ones through the pool (journaled), remember
 when each node was last patrolled.
 
+The patrol yields to real work: it checks the idle nodes in rounds within a concurrency budget
+computed from the plan (`patrol.concurrency_budget`: per partition, the nodes of the units the stack
+lets it have out of service), and before each round re-reads the pool: a node a job took meanwhile
+is left to the job (`yielded`) and rechecked by the next patrol.
+
 Why re-read the pool before each quarantine: a job may have landed on a node while its bundle was
 being collected; quarantining it then would evict that job (Kubernetes NoExecute) or drain it
 under a running job. Such a node is reported as deferred and rechecked by the next patrol.
@@ -19,7 +24,8 @@ from typing import Any
 from gpufleet.daytwo import lifecycle
 from gpufleet.daytwo.collect import PatrolCollector
 from gpufleet.daytwo.context import DayTwo
-from gpufleet.daytwo.patrol import PatrolResult, judge, select, since_for, worst_first
+from gpufleet.daytwo.patrol import PatrolResult, batches, concurrency_budget, judge, select, since_for, worst_first
+from gpufleet.daytwo.upgrade_plan import limits
 from gpufleet.gates import bundle as B
 from gpufleet.pool.protocol import NodeState
 from gpufleet.durable import write_atomic
@@ -38,6 +44,9 @@ class PatrolOutcome:
     unreachable: dict[str, str] = field(default_factory=dict)  # slot -> message
     quarantined: dict[str, dict[str, Any]] = field(default_factory=dict)  # slot -> code, reason, state, failures
     deferred: list[str] = field(default_factory=list)  # failed, but busy by the time of the verdict
+    yielded: list[str] = field(default_factory=list)  # a job took it before its round: left to the job
+    budget: dict[str, int] = field(default_factory=dict)  # partition -> nodes checked at once
+    rounds: int = 0
     no_instance: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -79,12 +88,28 @@ def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     if dest.exists():
         shutil.rmtree(dest)  # the last patrol's bundles only: a patrol every hour must not fill the disk
     dest.mkdir(parents=True)
-    result = collector.collect(instances, since, dest)
-    out.seconds = result.duration_s
-    d.advance(result.duration_s)
+    out.budget = concurrency_budget(d.plan, limits(d.plan, d.spec.upgrade))
+    partition_of = {s: n.partition for s, n in d.pool.state().nodes.items()}
+    by_slot = {i.slot: i for i in instances}
+    hosts: dict[str, Any] = {}
+    taken: list[Any] = []
+    for round_slots in batches([i.slot for i in instances], partition_of, out.budget):
+        now = d.pool.state()
+        free = [s for s in round_slots if (n := now.get(s)) is not None and n.state is NodeState.ADMITTED
+                and not n.busy]
+        out.yielded.extend(s for s in round_slots if s not in free)
+        if not free:
+            continue
+        out.rounds += 1
+        result = collector.collect([by_slot[s] for s in free], {s: since[s] for s in free}, dest)
+        out.seconds += result.duration_s
+        d.advance(result.duration_s)
+        hosts.update(result.hosts)
+        taken.extend(by_slot[s] for s in free)
+    instances = taken
     fraction = d.spec.gates.drift_regression_fraction
     for inst in instances:
-        h = result.hosts.get(inst.slot)
+        h = hosts.get(inst.slot)
         if h is None or h.status is not HostStatus.OK:
             out.unreachable[inst.slot] = (h.message if h else None) or "no answer"
             continue
@@ -116,7 +141,8 @@ def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     last_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(last_path, json.dumps(last, indent=1, sort_keys=True))
     d.journal.append({"type": "patrol", "who": d.who, "checked": [r.slot for r in out.checked],
-                      "skipped_busy": out.skipped_busy, "deferred": out.deferred,
+                      "skipped_busy": out.skipped_busy, "deferred": out.deferred, "yielded": out.yielded,
+                      "budget": out.budget, "rounds": out.rounds,
                       "failed": {s: {"reason_code": c, "reason": r} for s, (c, r) in failing.items()}})
     out.checked = worst_first(out.checked)
     return out
