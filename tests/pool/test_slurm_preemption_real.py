@@ -108,3 +108,19 @@ def test_a_higher_teams_unit_preempts_a_lower_teams_job_and_equals_wait(cluster:
     log = (c.slurm.root / "log" / "slurmctld.log").read_text(errors="replace")
     assert f"preempted JobId={low} has been requeued to reclaim resources for JobId={high}" in log, log[-3000:]
     c.sh("scancel", high, low)
+
+
+def test_turning_preemption_off_clears_the_qos_preempt_lists(cluster: Preempting):
+    """A stack that drops pool.preemption: access apply takes Priority and Preempt off the team QOS
+    (an empty `Preempt=` is refused by sacctmgr, `Preempt-=` clears), then changes nothing more."""
+    c = cluster
+    off = c.spec.model_copy(update={"pool": c.spec.pool.model_copy(update={"preemption": "off"})})
+    cli = c.slurm.cli(timeout_s=60)
+    ran = apply_access(cli, desired_access(off, c.plan), reconfigure=False)
+    assert ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt-=bulk-debug"] in ran, ran
+    qos = c.sh("sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres,priority,preempt").splitlines()
+    assert "urgent-debug|gres/gpu=40|0|" in qos and "part-debug|gres/gpu=40|0|" in qos, qos
+    assert apply_access(cli, desired_access(off, c.plan), reconfigure=False) == []
+    assert apply_access(cli, desired_access(c.spec, c.plan), reconfigure=False)  # and back on
+    assert "urgent-debug|gres/gpu=40|10|bulk-debug" in c.sh("sacctmgr", "-n", "-P", "show", "qos",
+                                                             "format=name,grptres,priority,preempt").splitlines()

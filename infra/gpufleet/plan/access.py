@@ -161,9 +161,9 @@ def access_changes(want: SlurmAccess, have: ExistingAccess) -> list[list[str]]:
             cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", limit])
         if prio != q.priority:
             cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", f"Priority={q.priority}"])
-        if preempt != frozenset(q.preempt):  # sacctmgr reads '' as "none" (its documented way to clear it)
-            later.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set",
-                          f"Preempt={','.join(q.preempt) or repr('')}"])
+        if preempt != frozenset(q.preempt):  # an empty list is refused ("empty qos list"): -= clears
+            value = f"Preempt={','.join(q.preempt)}" if q.preempt else f"Preempt-={','.join(sorted(preempt))}"
+            later.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", value])
     cmds += later
     for a in want.accounts:
         if a.name not in have.accounts:
