@@ -226,6 +226,8 @@ from gpufleet.daytwo.breaker_command import breaker as _breaker_command  # noqa:
 _ops_command.add_command(_breaker_command)
 from gpufleet.daytwo.remediation_command import remediation as _remediation_command  # noqa: E402
 _ops_command.add_command(_remediation_command)
+from gpufleet.configure.doctor_command import doctor as _doctor_command  # noqa: E402
+main.add_command(_doctor_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
