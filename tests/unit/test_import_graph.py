@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pool", ("pool", "program")),
     ("rollout", ("rollout", "sim")),
     ("day two", ("reports", "daytwo", "ops", "cost", "init_project", "init_ci")),
-    ("cli", ("cli",)),
+    ("cli", ("cli", "docs_gen")),
 )
 
 
