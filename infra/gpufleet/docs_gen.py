@@ -440,7 +440,8 @@ def document_schemas() -> dict[str, str]:
         "audit": _from_model("audit", AuditReport, "gpufleet audit --json and reports/<stack>/audit.json"),
         "drift": _from_model("drift", DriftReport, "gpufleet drift --json and reports/<stack>/drift.json"),
     }
-    schemas["validate"]["$defs"] = {"Finding": finding}
+    finding_defs = finding.pop("$defs", {})  # one $defs at the root: nested ones do not resolve from #/$defs
+    schemas["validate"]["$defs"] = {"Finding": finding, **finding_defs}
     return {f"schemas/{kind}.schema.json": json.dumps(s, indent=2, sort_keys=True) + "\n"
             for kind, s in sorted(schemas.items())}
 
