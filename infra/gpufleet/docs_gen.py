@@ -433,6 +433,11 @@ def document_schemas() -> dict[str, str]:
                                        "records": {"type": "array", "items": {
                                            "type": "object", "required": ["at", "who", "what", "why", "stack"]}}},
                         ["since", "records"], "gpufleet history --json"),
+        "remediation": _doc("remediation", 1, {"rows": {"type": "array", "items": {
+            "type": "object", "required": ["code", "steps", "source"], "additionalProperties": False,
+            "properties": {"code": {"type": "string"}, "steps": {"type": "array", "items": {
+                "enum": ["reset-gpu", "reboot", "replace", "quarantine"]}}, "source": {"type": "string"}}}}},
+            ["rows"], "gpufleet ops remediation --json"),
         "rollout": _from_model("rollout", RolloutReport, "gpufleet rollout --json and reports/<stack>/rollout.json"),
         "upgrade": _from_model("upgrade", UpgradeReport, "gpufleet upgrade --json and reports/<stack>/upgrade.json"),
         "cost": _from_model("cost", CostReport, "gpufleet cost --json and reports/<stack>/cost.json"),

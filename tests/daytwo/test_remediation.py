@@ -51,7 +51,9 @@ def test_the_command_shows_the_table_in_force(fleet) -> None:
     assert out.exit_code == 0, out.output
     assert "xid-119" in out.output and "reset-gpu -> reboot -> replace -> quarantine" in out.output
     assert "NVIDIA Xid catalog: RESET_GPU" in out.output
-    rows = json.loads(gpufleet(fleet, "ops", "remediation", "-s", STACK, "--json").output)
+    doc = json.loads(gpufleet(fleet, "ops", "remediation", "-s", STACK, "--json").output)
+    assert (doc["kind"], doc["stack"]) == ("remediation", STACK)  # the envelope (issue 23 item 8)
+    rows = doc["rows"]
     assert {"code": "ecc-uncorrectable", "steps": ["replace", "quarantine"], "source": "gpufleet table"} in rows
 
 

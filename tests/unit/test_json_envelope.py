@@ -54,6 +54,7 @@ def test_every_json_output_has_the_envelope_and_its_schema(project):
     assert rollout == json.loads((project / "reports" / "local" / "rollout.json").read_text())  # the report itself
     _check(_json(project, "pool", "-s", "local", "--json"), "pool")
     _check(_json(project, "history", "-s", "local", "--json"), "history")
+    _check(_json(project, "ops", "remediation", "-s", "local", "--json"), "remediation")
     _check(_json(project, "audit", "-s", "local", "--json"), "audit")
     _check(_json(project, "drift", "-s", "local", "--layer", "cloud", "--json"), "drift")
     _check(_json(project, "cost", "-s", "local", "--json"), "cost")

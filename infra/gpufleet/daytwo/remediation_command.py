@@ -7,8 +7,6 @@ for service or the breaker stopped it; 2 bad input (not quarantined, no reason, 
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from gpufleet.errors import GateFailed, UsageError
@@ -23,7 +21,7 @@ def _stack(ctx: click.Context, stack: str | None) -> str:
 
 @click.group("remediation", invoke_without_command=True)
 @click.option("-s", "--stack", default=None, help="Stack name: stacks/Pulumi.<stack>.yaml")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON (the envelope; `rows`).")
 @click.pass_context
 def remediation(ctx: click.Context, stack: str | None, as_json: bool) -> None:
     """The remediation ladder: reason code or Xid -> the steps tried in order."""
@@ -37,7 +35,10 @@ def remediation(ctx: click.Context, stack: str | None, as_json: bool) -> None:
     spec = load_stack_path(current_project().stack_file(stack))
     rows = table(spec.ops.remediation)
     if as_json:
-        click.echo(json.dumps([{"code": c, "steps": list(s), "source": src} for c, s, src in rows], indent=2))
+        from gpufleet.envelope import dumps, envelope  # the one JSON style (issue 23 item 8)
+
+        click.echo(dumps(envelope("remediation", stack, {
+            "rows": [{"code": c, "steps": list(s), "source": src} for c, s, src in rows]}, schema_version=1)))
         return
     click.echo(f"remediation ladder of {stack} (each step but quarantine ends with the re-admission gate):")
     for code, steps, src in rows:
