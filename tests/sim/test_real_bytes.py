@@ -579,3 +579,38 @@ def test_the_gate_judges_the_3x_document_as_it_judges_the_4x_one():
             results = checks.run_checks(Bundle(path="n0", manifest=synth.manifest(spec, files), files=files), s)[1]
             got = [r.verdict.value for r in results if r.check_id.startswith("dcgm")]
             assert got == [verdict], (dcgm_version, faults, got)
+
+
+def test_query_gpu_csv_prints_as_the_real_driver_580_capture_of_the_same_fields(healthy):
+    """The gates' own --query-gpu on a real H200 (driver 580): the header byte for byte (units in
+    brackets), each cell in the real cell's format (`0 us`, `143771 MiB`, `78.37 W`, `0x...01`, the
+    timestamp's milliseconds); the fabric cells differ on purpose (N/A on that one-GPU VM)."""
+    files, _ = healthy
+    real_lines = real("nvidia_smi_query_gpu_gates_fields__h200_drv580__captured.csv").splitlines()
+    ours = files[B.QUERY_GPU].splitlines()
+    assert ours[0] == real_lines[0] and len(ours) == 9
+    fields = real_lines[0].split(", ")
+    fmt = lambda cell: re.sub(r"\d+", "N", re.sub(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.\d", "BUS", cell))  # noqa: E731
+    want = dict(zip(fields, real_lines[1].split(", ")))
+    for row in ours[1:]:
+        mine = dict(zip(fields, row.split(", ")))
+        assert set(mine) == set(fields)
+        for f in fields:
+            if f in ("name", "fabric.state", "fabric.status"):
+                continue
+            assert fmt(mine[f]) == fmt(want[f]), (f, mine[f], want[f])
+        assert (mine["fabric.state"], mine["fabric.status"]) == ("Completed", "Success")
+
+
+def test_nvlink_s_lines_print_as_the_real_h100_capture(healthy):
+    """`nvidia-smi nvlink -s` on a real H100 (driver 590): the GPU line, then a tab, a space and
+    `Link N: 26.562 GB/s` per link; ours has the same lines for each of the 8 GPUs."""
+    files, _ = healthy
+    theirs = [x for x in real("nvidia_smi_nvlink_s__h100_drv590__nvidia_gpu_exporter_capture.txt").splitlines()
+              if x and not x.startswith("#")]
+    ours = files[B.NVLINK_S].splitlines()
+    assert len(ours) == 8 * len(theirs)
+    for g in range(8):
+        block = ours[g * len(theirs):(g + 1) * len(theirs)]
+        assert block[0] == theirs[0].replace("GPU 0:", f"GPU {g}:").replace("-00000000-", f"-{g:08d}-")
+        assert block[1:] == theirs[1:]
