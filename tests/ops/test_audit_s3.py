@@ -93,3 +93,36 @@ def test_a_stack_with_an_s3_backend_copies_each_record_there(moto_client: Callab
     local = (state / audit.FILE).read_text().splitlines()
     mirror = audit.s3_log_for(state, "local")
     assert mirror is not None and mirror.lines() == [line.encode() for line in local]
+
+
+def test_history_verify_checks_the_buckets_copy_and_catches_the_last_records_removal(
+        moto_client: Callable[..., Any], moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from gpufleet.cli import main
+    from tests.rollout.project import make_project
+
+    s3 = moto_client("s3", "us-east-1")
+    _bucket(s3, "fleet-state2", lock_days=30)
+    root = make_project(tmp_path / "p")
+    stack = root / "stacks" / "Pulumi.local.yaml"
+    stack.write_text(stack.read_text().replace("  gpufleet:rollout:\n", "  gpufleet:rollout:\n    stateBackend: "
+                                               "{type: s3, bucket: fleet-state2, prefix: gf, lockTable: gf-locks}\n", 1))
+    for k, v in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(k, v)
+    state = root / ".gpufleet" / "local"
+    for i in range(3):
+        audit.record(state, "local", "pool blacklist", f"reason {i}", target=f"gpu-00{i}", who="operator")
+    verify = lambda: CliRunner().invoke(main, ["--project", str(root), "history", "-s", "local", "--verify"])  # noqa: E731
+    ok = verify()
+    assert ok.exit_code == 0 and "the copy verifies and agrees" in ok.output, ok.output
+    lines = (state / audit.FILE).read_text().splitlines()
+    (state / audit.FILE).write_text("\n".join(lines[:-1]) + "\n")  # the last record removed: the chain still holds
+    assert audit.verify(state).ok
+    removed = verify()
+    assert removed.exit_code == 4 and "record 3 differs from the copy" in removed.output, removed.output
+    lines[1] = lines[1].replace('"who": "operator"', '"who": "someone-else"')
+    (state / audit.FILE).write_text("\n".join(lines) + "\n")
+    edited = verify()
+    assert edited.exit_code == 4 and "record 2 breaks the chain" in edited.output, edited.output

@@ -182,16 +182,32 @@ def verify_lines(lines: list[bytes], key: bytes | None) -> Verdict:
     return Verdict(len(lines), key is not None, legacy=legacy)
 
 
-def verify(state_dir: Path, key: bytes | None = None) -> Verdict:
-    """The stack's whole audit log (see `verify_lines`); a torn last line is a crash, not tampering."""
+def local_lines(state_dir: Path) -> list[bytes]:
+    """The audit file's complete lines (a torn last line is a crash, never acknowledged: left out)."""
     path = state_dir / FILE
     data = path.read_bytes() if path.exists() else b""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     elif lines:
-        lines.pop()  # torn: never acknowledged, cut by the next append
-    return verify_lines(lines, key if key is not None else audit_key(state_dir))
+        lines.pop()  # torn: cut by the next append
+    return lines
+
+
+def verify(state_dir: Path, key: bytes | None = None) -> Verdict:
+    """The stack's whole audit log (see `verify_lines`); a torn last line is a crash, not tampering."""
+    return verify_lines(local_lines(state_dir), key if key is not None else audit_key(state_dir))
+
+
+def first_difference(local: list[bytes], copy: list[bytes]) -> int | None:
+    """The 1-based record where the local log and the bucket's copy part (a local record changed,
+    or the copy holding one the file lost: the removal of the last record, which a chain alone
+    cannot see); None when every record the copy has is the file's. A local record the copy lacks
+    at the end is a copy that failed (warned when it did), not tampering."""
+    for n, (a, b) in enumerate(zip(local, copy), 1):
+        if a != b:
+            return n
+    return len(local) + 1 if len(copy) > len(local) else None
 
 
 def record(state_dir: Path, stack: str, what: str, why: str, *, target: str | None = None,

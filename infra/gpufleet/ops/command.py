@@ -220,6 +220,17 @@ def history(stack: str, since: str | None, as_json: bool, verify: bool) -> None:
             raise DriftDetected(f"{project.state_dir(stack) / audit.FILE}: record {v.broken_at} breaks the chain: "
                                 f"{v.why}; the {v.records} records before it verify ({how}{legacy})")
         click.echo(f"{project.state_dir(stack) / audit.FILE}: {v.records} records, the chain verifies ({how}{legacy})")
+        mirror = audit.s3_log_for(project.state_dir(stack), stack)
+        if mirror is not None:  # the bucket's copy (Object Lock where the bucket has it)
+            copy = mirror.lines()
+            cv = audit.verify_lines(copy, audit.audit_key(project.state_dir(stack)))
+            if not cv.ok:
+                raise DriftDetected(f"{mirror.location}: record {cv.broken_at} breaks the chain: {cv.why}")
+            differs = audit.first_difference(audit.local_lines(project.state_dir(stack)), copy)
+            if differs is not None:
+                raise DriftDetected(f"{project.state_dir(stack) / audit.FILE}: record {differs} differs from the copy "
+                                    f"in {mirror.location} (changed or removed here)")
+            click.echo(f"{mirror.location}: {cv.records} records, the copy verifies and agrees")
         return
     when = None
     if since:
