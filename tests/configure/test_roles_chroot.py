@@ -109,6 +109,14 @@ def test_dkms_builds_with_the_kernels_compiler(applied):
     assert status.endswith("installed")
 
 
+def test_persistence_mode_is_on_with_ubuntus_persistenced(applied):
+    """node-config-review M3: Ubuntu's packaged unit runs --no-persistence-mode, StopWhenUnneeded=true."""
+    override = (applied["root"] / "etc/systemd/system/nvidia-persistenced.service.d/"
+                "gpufleet-persistence-mode.conf").read_text()
+    assert "ExecStart=\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode" in override
+    assert "--no-persistence-mode" not in override and "StopWhenUnneeded=false" in override
+
+
 def test_rendered_configuration(applied):
     root, bom = applied["root"], applied["bom"]
     env = nccl_env_for(bom)
