@@ -378,7 +378,10 @@ def document_schemas() -> dict[str, str]:
     from gpufleet.reports.drift import DriftReport
     from gpufleet.reports.rollout_model import RolloutReport
 
+    from gpufleet.gates.admission import AdmissionRecord
+
     finding = Finding.model_json_schema(mode="serialization")
+    record = AdmissionRecord.model_json_schema(mode="serialization")
     plan = ClusterPlan.model_json_schema(mode="serialization")
     plan_body = {k: v for k, v in plan["properties"].items() if k != "schema_version"}
     counts = {"type": "object", "additionalProperties": {"type": "integer"}}
@@ -433,6 +436,10 @@ def document_schemas() -> dict[str, str]:
                                        "records": {"type": "array", "items": {
                                            "type": "object", "required": ["at", "who", "what", "why", "stack"]}}},
                         ["since", "records"], "gpufleet history --json"),
+        "gate": {**_doc("gate", 1, {"directory": {"type": "string"},
+                                    "records": {"type": "array", "items": {"$ref": "#/$defs/AdmissionRecord"}}},
+                        ["directory", "records"], "gpufleet gate --json (one admission record per node)"),
+                 "$defs": {"AdmissionRecord": {k: v for k, v in record.items() if k != "$defs"}, **record.get("$defs", {})}},
         "remediation": _doc("remediation", 1, {"rows": {"type": "array", "items": {
             "type": "object", "required": ["code", "steps", "source"], "additionalProperties": False,
             "properties": {"code": {"type": "string"}, "steps": {"type": "array", "items": {

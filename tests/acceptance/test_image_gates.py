@@ -238,12 +238,12 @@ def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
         (folder / B.IMAGE_GPUS).write_text(gpus)
     r = CliRunner().invoke(main, ["gate", str(d), "--json", "--workload-image", IMAGE])
     assert r.exit_code == 0, r.output  # REMEDIATE is a retest, not a quarantine
-    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"]}
     assert records["has"]["action"] == "admit"
     assert records["lacks"]["action"] == "retest" and records["lacks"]["reason_codes"][:2] == [
         "image-missing", "image-gpus-not-visible"]
     plain = CliRunner().invoke(main, ["gate", str(d), "--json"])  # no image named: the checks do not apply
-    assert all(x["action"] == "admit" for x in json.loads(plain.stdout[:plain.stdout.rindex("]") + 1]))
+    assert all(x["action"] == "admit" for x in json.loads(plain.stdout[:plain.stdout.rindex("}") + 1])["records"])
     text = CliRunner().invoke(main, ["gate", str(d)])
     assert "workload image: not applicable" in text.output and "image." not in text.output
     bad = CliRunner().invoke(main, ["gate", str(d), "--workload-image", "nccl-tests:latest"])
@@ -252,7 +252,7 @@ def test_the_gate_command_checks_the_image_it_is_given(tmp_path):
     _image_stack(project, IMAGE)  # -s STACK: the stack's acceptance.workloadImage
     by_stack = CliRunner().invoke(main, ["--project", str(project), "gate", str(d), "--json", "-s", "imagecheck"])
     assert by_stack.exit_code == 0, by_stack.output
-    records = {x["slot"]: x for x in json.loads(by_stack.stdout[:by_stack.stdout.rindex("]") + 1])}
+    records = {x["slot"]: x for x in json.loads(by_stack.stdout[:by_stack.stdout.rindex("}") + 1])["records"]}
     assert records["lacks"]["reason_codes"][0] == "image-missing" and records["has"]["action"] == "admit"
 
 

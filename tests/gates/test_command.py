@@ -52,7 +52,7 @@ def test_gate_quarantine_exit_3_with_junit_failures(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["gate", str(d), "--out", str(out), "--json"])
     assert r.exit_code == 3, r.output
-    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"]}
     assert records["bad"]["action"] == "quarantine" and records["bad"]["reason_codes"][0] == "xid-79"
     assert records["retest"]["action"] == "retest" and records["good"]["action"] == "admit"
     failures = ET.parse(out / "junit.xml").getroot().findall(".//failure")
@@ -149,7 +149,7 @@ def test_preflight_playbook_on_a_gpu_less_host_quarantines_with_the_missing_tool
 
     r = CliRunner().invoke(main, ["gate", str(tmp_path / "bundles"), "--json"])
     assert r.exit_code == 3, r.output
-    record = json.loads(r.stdout[:r.stdout.rindex("]") + 1])[0]
+    record = json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"][0]
     assert record["action"] == "quarantine" and record["reason_codes"][0] == "tool-missing-nvidia-smi"
     checks = {c["check_id"]: c for c in record["checks"]}
     assert checks["gpu.count"]["verdict"] == "QUARANTINE"

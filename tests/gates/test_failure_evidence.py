@@ -126,7 +126,7 @@ def test_bad_manifests_cost_their_node_a_retest_and_nobody_else_anything(tmp_pat
     r = CliRunner().invoke(main, ["gate", str(root), "--json", "--out", str(out)])
     assert r.exit_code == 0, r.output  # retests, no quarantine, no traceback
     assert "Traceback" not in r.output
-    recs = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    recs = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"]}
     assert set(recs) == set(BAD_MANIFESTS) | {"good", "also-good"}  # slot = folder name for the bad ones
     assert recs["good"]["action"] == recs["also-good"]["action"] == "admit"
     for name, (_, problem) in BAD_MANIFESTS.items():
@@ -141,5 +141,5 @@ def test_bad_manifests_cost_their_node_a_retest_and_nobody_else_anything(tmp_pat
 def test_a_bundle_without_manifest_is_gated_and_retested(tmp_path):
     synth.write_node(tmp_path / "n0", synth.NodeSpec(slot="n0"))
     (tmp_path / "n0" / B.MANIFEST).unlink()
-    rec = json.loads(CliRunner().invoke(main, ["gate", str(tmp_path), "--json"]).stdout.rsplit("]", 1)[0] + "]")[0]
+    rec = json.loads(CliRunner().invoke(main, ["gate", str(tmp_path), "--json"]).stdout.rsplit("}", 1)[0] + "}")["records"][0]
     assert (rec["slot"], rec["action"], rec["reason_codes"]) == ("n0", "retest", ["missing-manifest"])

@@ -508,7 +508,7 @@ def test_the_gate_command_reads_a_v3_json_with_unchecked_and_garbage_without_cra
         (d / slot / B.NCCL_INTRA_JSON).write_text(text)
     r = CliRunner().invoke(main, ["gate", str(d), "--json"])
     assert r.exit_code in (0, 3) and r.exception is None or isinstance(r.exception, SystemExit), r.output
-    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    records = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"]}
     v3 = {c["check_id"]: c for c in records["v3"]["checks"]}
     assert v3["nccl.intra.correctness"]["verdict"] == "PASS" and v3["nccl.intra.busbw"]["measured"] == "487.09 GB/s"
     garbled = {c["check_id"]: c for c in records["garbled"]["checks"]}

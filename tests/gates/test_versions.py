@@ -181,7 +181,7 @@ def test_gate_compares_with_the_project_bom_by_default_and_names_the_skew(tmp_pa
                             synth.NodeSpec(slot="skew", versions=dict(synth.DEFAULT_VERSIONS, cuda="12.6.3"))])
     r = CliRunner().invoke(main, ["gate", str(d), "--json"])
     assert r.exit_code == 3, r.output
-    recs = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("]") + 1])}
+    recs = {x["slot"]: x for x in json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"]}
     assert recs["ok"]["action"] == "admit" and recs["skew"]["reason_codes"] == ["version-cuda"]
     assert "cuda: found 12.6, the BOM pins 12.8 (release of 12.8.1)" in recs["skew"]["message"]
     r = CliRunner().invoke(main, ["gate", str(d), "--no-versions"])
@@ -206,14 +206,14 @@ def test_gate_with_a_stack_uses_its_bom_os_and_pool(tmp_path):
     d = _bundles(tmp_path, [synth.NodeSpec(slot="n0", os=os, versions=synth.bom_versions(BOM, os))])
     r = CliRunner().invoke(main, ["--project", str(project), "gate", str(d), "-s", "dev", "--json"])
     assert r.exit_code == 3, r.output
-    rec = json.loads(r.stdout[:r.stdout.rindex("]") + 1])[0]
+    rec = json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"][0]
     assert rec["reason_codes"] == ["version-nccl"] and "the BOM pins 2.26.2" in rec["message"]
     assert rec["bom_digest"] == load_bom(project / "my-bom.yaml").digest()
     compared = {c["check_id"] for c in rec["checks"]}
     assert "versions.slurm" in compared and "versions.kubelet" not in compared  # the Slurm pool's agent only
     d2 = _bundles(tmp_path / "al", [synth.NodeSpec(slot="al")])  # an AL2023 node in an Ubuntu stack
     r = CliRunner().invoke(main, ["--project", str(project), "gate", str(d2), "-s", "dev", "--json"])
-    assert json.loads(r.stdout[:r.stdout.rindex("]") + 1])[0]["reason_codes"] == ["node-os"]
+    assert json.loads(r.stdout[:r.stdout.rindex("}") + 1])["records"][0]["reason_codes"] == ["node-os"]
     (project / "my-bom.yaml").write_text("schema: 1\nname: x\n")
     r = CliRunner().invoke(main, ["--project", str(project), "gate", str(d), "-s", "dev"])
     assert r.exit_code == 2 and "my-bom.yaml" in r.output

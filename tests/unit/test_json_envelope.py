@@ -66,6 +66,18 @@ def test_every_json_output_has_the_envelope_and_its_schema(project):
     _check(upgrade, "upgrade")
 
 
+def test_gate_json_has_the_envelope_and_its_schema(tmp_path):
+    from gpufleet.gates import synth
+
+    for spec in (synth.NodeSpec(slot="good"), synth.NodeSpec(slot="bad", xids=(79,))):
+        synth.write_node(tmp_path / "bundles" / spec.slot, spec)
+    result = CliRunner().invoke(main, ["gate", str(tmp_path / "bundles"), "--json"])
+    assert result.exit_code == 3, result.output
+    doc = json.loads(result.stdout)
+    _check(doc, "gate", None)
+    assert {r["slot"]: r["action"] for r in doc["records"]} == {"good": "admit", "bad": "quarantine"}
+
+
 def test_a_validate_error_document_has_the_envelope_and_the_line(tmp_path):
     (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  gpufleet:cluster:\n    name: bad\n    targetGpus: many\n")
     result = CliRunner().invoke(main, ["validate", "-s", "bad", "--stacks-dir", str(tmp_path), "--json"])

@@ -8,7 +8,6 @@ stack (`ConfigError`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -94,7 +93,7 @@ def _known_instance_type(bundle) -> None:
                    "acceptance.workloadImage with -s; else no image checks).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one admission record per node and junit.xml here.")
-@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON (the envelope; `records`).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes that read and check bundles (default: one per CPU; 1: this process only).")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -149,7 +148,11 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
 
         write_report(gate_document(records), records, report_dir, "gate")
     if as_json:
-        click.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        from gpufleet.envelope import dumps, envelope  # the one JSON style (issue 23 item 8)
+
+        click.echo(dumps(envelope("gate", stack, {"directory": str(directory),
+                                                  "records": [r.model_dump(mode="json") for r in records]},
+                                  schema_version=1)))
     else:
         for r in records:
             codes = ",".join(r.reason_codes)
