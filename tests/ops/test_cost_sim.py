@@ -26,4 +26,8 @@ def test_cost_after_the_quickstart_has_gpu_hours_per_partition_and_team(tmp_path
     assert report["gpu_hours"] > 0 and report["by_partition"] and report["by_team"]
     assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"] + report["by_team"])
     assert report["cost_usd"] > 0  # the shipped Price List snapshot's p5.48xlarge rate, with its source
+    # utilisation too: the stream's seeded levels (no exporter on the simulated pool), a low one found
+    assert report["utilisation"].startswith("simulated: the job stream's seeded GPU utilisation")
+    assert report["low_util_jobs"] and all(j["util_percent"] < report["low_util_percent"]
+                                           for j in report["low_util_jobs"])
     assert report["price"]["usd_per_instance_hour"] == 55.04 and "pricing.us-east-1.amazonaws.com" in report["price"]["source"]

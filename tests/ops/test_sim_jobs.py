@@ -56,3 +56,19 @@ def test_the_cost_report_reads_gpu_hours_per_partition_and_team_from_it() -> Non
     assert all(h > 0 for h in by_part.values()), by_part
     # every unit is busy from its admission on: 12 units x 16 GPUs, each admitted 60 s after the last
     assert sum(by_part.values()) <= 12 * 16 * 2 + 1e-6
+
+
+def test_the_streams_utilisation_is_seeded_per_job_sampled_over_its_time_and_one_sample_for_a_short_job() -> None:
+    from gpufleet.sim.jobs import UTIL_LEVELS, SimJob, utilisation
+
+    long = SimJob("j1", "a", "t", "p", 8, 1000.0, None, "RUNNING", ("n1", "n2"), "all-units")
+    short = SimJob("j2", "b", "t", "p", 8, 5000.0, 5030.0, "COMPLETED", ("n3",), "unit-jobs")
+    series = utilisation([long, short], (0.0, 10_000.0), 4000.0, 300.0, seed=7)
+    assert set(series) == {"n1", "n2", "n3"}
+    assert [t for t, _ in series["n1"]] == [1000.0 + 300 * i for i in range(11)]  # to `now`, not past it
+    assert len(series["n3"]) == 1 and series["n3"][0][0] == 5000.0  # shorter than a step: one sample
+    for samples in series.values():
+        level = min(UTIL_LEVELS, key=lambda lv: abs(lv - samples[0][1]))
+        assert all(abs(v - level) <= 3 for _, v in samples)
+    assert utilisation([long, short], (0.0, 10_000.0), 4000.0, 300.0, seed=7) == series
+    assert utilisation([long], (2000.0, 2500.0), 4000.0, 300.0, seed=7)["n1"][0][0] == 2000.0  # clipped to the window

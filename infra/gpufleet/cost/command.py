@@ -163,7 +163,13 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
         problems = more + problems
     url = prometheus or spec.cost.prometheus_url
     series = None
-    if url:
+    if spec.pool.type == "sim" and not url and history is not None:  # no exporter: the stream's own
+        from gpufleet.cost.simulated import sim_utilisation
+
+        series, step = sim_utilisation(sim_units, history, window, now, seed=seed, tenants=spec.ops.tenants)
+        note = (f"simulated: the job stream's seeded GPU utilisation (gpufleet.sim.jobs), step {step:g} s; "
+                f"--prometheus reads a real one")
+    elif url:
         try:
             series, step = prom.fetch(prom.HttpRangeQuery(url), window.seconds, len(plan.nodes))
             note = f"{prom.utilisation_query()} from {url}, step {step:g} s"

@@ -122,3 +122,32 @@ def _unit_jobs(u: Unit, spans: list[Interval], teams: Sequence[str], rng: random
                               end if done else (None if b >= now else b), state, u.slots, "unit-jobs"))
             t = end
     return out
+
+
+# The stream's GPU utilisation (what DCGM_FI_DEV_GPU_UTIL would read), one level per job drawn from
+# a seeded mix: most jobs keep their GPUs busy, some stall on data or wait at a barrier, a few hold
+# GPUs nearly idle (the cost report's low-utilisation finding). Idle admitted nodes read 0.
+UTIL_LEVELS = (95.0, 88.0, 80.0, 65.0, 40.0, 12.0)
+
+
+def job_level(job: SimJob, seed: int) -> float:
+    return random.Random(f"{seed}:util:{job.job_id}").choice(UTIL_LEVELS)
+
+
+def utilisation(jobs: Sequence[SimJob], window: Interval, now: float, step: float, *,
+                seed: int) -> dict[str, list[tuple[float, float]]]:
+    """Per node, (time, utilisation %) samples every `step` seconds over each job's time inside the
+    window (from the job's start: a job shorter than a step still has one sample), pure."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for job in jobs:
+        start, end = max(job.start, window[0]), min(job.end if job.end is not None else now, window[1])
+        if end < start:
+            continue
+        level = job_level(job, seed)
+        rng = random.Random(f"{seed}:noise:{job.job_id}")
+        times = [start + i * step for i in range(int((end - start) // step) + 1)]
+        for node in job.nodes:
+            out.setdefault(node, []).extend((t, max(0.0, min(100.0, level + rng.uniform(-3, 3)))) for t in times)
+    for samples in out.values():
+        samples.sort()
+    return out
