@@ -73,6 +73,20 @@ class SlurmPool:
         nodes = {name: pool_node(n) for name, n in sorted(self.nodes().items())}
         return PoolState(nodes={k: v for k, v in nodes.items() if v is not None})
 
+    def disagreements(self) -> dict[str, str]:
+        """Slots where Slurm and gpufleet disagree, to report, never to fix (issue 22): a node Slurm
+        schedules (neither drained nor down) that carries gpufleet's comment but no admission record
+        digest, i.e. a drain gpufleet set (pending gates, quarantine) lifted outside gpufleet
+        (`scontrol update state=resume`). gpufleet reads such a node as pending; Slurm runs jobs there."""
+        out: dict[str, str] = {}
+        for name, n in sorted(self.nodes().items()):
+            c = parse_comment(n.comment)
+            if c is not None and c.digest is None and not (n.drained or n.down):
+                out[name] = (f"Slurm schedules work on it ({'running a job' if n.busy else 'idle'}, not drained) "
+                             "but gpufleet holds no admission record for it: a drain gpufleet set was lifted "
+                             "outside gpufleet; `gpufleet pool readmit` takes it through the gate")
+        return out
+
     def holders(self, slots: Sequence[str]) -> list[Holder]:
         """The jobs running (or completing) on `slots`, one Holder per job and slot, from ONE squeue.
 
