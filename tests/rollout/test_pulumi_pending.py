@@ -118,3 +118,66 @@ def test_a_pending_create_that_never_reached_ec2_is_only_cleared(tmp_path, moto_
     assert p.settle_pending_creates() == {"gpu-b0001-n00003": []}
     assert fake.pending == [] and len(fake.imported) == 1
     assert sorted(fake.resources) == sorted(r["urn"] for r in fake.imported[0]["deployment"]["resources"])
+
+
+class WorldPulumi(InterruptedPulumi):
+    """`up` also launches each instance it creates in EC2 (moto), tagged with its slot as the
+    program tags it, so EC2 is the world's count of instances per slot, not the fake's state."""
+
+    def __init__(self, ups, ec2) -> None:
+        super().__init__(ups)
+        self.ec2 = ec2
+
+    def _up(self, a):
+        fixture, code, stderr = self.ups[0]
+        if fixture is None or "--event-log" not in a or a[a.index("--event-log") + 1] == "/dev/null":
+            return super()._up(a)
+        text = (EVENTS / fixture).read_text()
+        for line in text.splitlines():
+            event = json.loads(line).get("resOutputsEvent")
+            if event and event["metadata"]["type"] == "aws:ec2/instance:Instance" and \
+                    event["metadata"]["urn"] not in self.resources:
+                slot = event["metadata"]["urn"].rsplit("::", 1)[-1]
+                text = text.replace(event["metadata"]["new"]["id"], _orphan(self.ec2, slot))
+        log = Path(a[a.index("--event-log") + 1])
+        log.write_text(text)
+        self.ups.pop(0)
+        for line in text.splitlines():
+            event = json.loads(line).get("resOutputsEvent")
+            if event and event["metadata"]["type"] == "aws:ec2/instance:Instance":
+                new = event["metadata"]["new"]
+                self.resources[new["urn"]] = {"urn": new["urn"], "type": new["type"], "id": new["id"],
+                                              "custom": True, "protect": True, "inputs": new["inputs"],
+                                              "outputs": new["outputs"]}
+        return "", stderr, code
+
+
+def _interrupted(tmp_path, ec2):
+    fake = WorldPulumi([("up-batch2-created.jsonl", 0, "")], ec2)
+    fake.seed("up-batch1-created.jsonl")
+    fake.config["gpufleet:rollout.targetBatch"] = "2"
+    fake.pending = [{"resource": _created(SLOT), "type": "creating"}]
+    orphan = _orphan(ec2, SLOT)
+    p, _ = _provisioner(fake, tmp_path, ec2=lambda: ec2)
+    return fake, p, orphan
+
+
+@pytest.mark.slow  # a moto server
+def test_in_ec2_the_slot_ends_with_one_instance_and_without_settling_it_would_have_two(tmp_path, moto_client):
+    """EC2 (moto) counts the slot's running instances: the resumed update leaves one, the one the
+    state records; the same update without settling first leaves the orphan beside it."""
+    ec2 = moto_client("ec2", "us-east-1")
+    fake, p, orphan = _interrupted(tmp_path / "settled", ec2)
+    assert p.settle_pending_creates() == {SLOT: [orphan]}
+    p.provision(2, BATCH2)
+    recorded = [r["id"] for r in fake.resources.values() if r["urn"].endswith("::" + SLOT)]
+    assert _live(ec2, SLOT) == recorded and len(recorded) == 1 and recorded != [orphan]
+    for slot in {s.name for s in BATCH2}:
+        assert len(_live(ec2, slot)) == 1, slot
+
+    other = moto_client("ec2", "us-west-2")  # a second world: the same update, not settled first
+    fake2, p2, orphan2 = _interrupted(tmp_path / "unsettled", other)
+    p2.provision(2, BATCH2)
+    assert sorted(_live(other, SLOT)) == sorted([orphan2, *[r["id"] for r in fake2.resources.values()
+                                                            if r["urn"].endswith("::" + SLOT)]])
+    assert len(_live(other, SLOT)) == 2
