@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel, SerializeAsAny, TypeAdapter
 
 from gpufleet.durable import write_atomic
+from gpufleet.masking import mask
 from gpufleet.errors import ConfigError
 from gpufleet.reports.document import Document
 from gpufleet.reports.render import html, junit, markdown
@@ -65,6 +66,6 @@ def write_report(document: Document, source: Source, out_dir: Path, basename: st
     written = {}
     for fmt, text in texts.items():
         path = out_dir / f"{basename}{SUFFIX[fmt]}"
-        write_atomic(path, text)
+        write_atomic(path, mask(text))  # a secret quoted anywhere in a report (a reason, evidence) never lands
         written[fmt] = path
     return written
