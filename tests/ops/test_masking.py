@@ -83,3 +83,19 @@ def test_the_intake_retries_a_held_lock_and_applies_waiting_notifications_under_
                         "ignored": []}]
     assert calls[:3] == [1, 1, 1] and calls[3] == 2  # two retries, then the waiting two under one take
     intake.stop()
+
+
+def test_every_report_format_is_masked_and_private(tmp_path, monkeypatch) -> None:
+    from gpufleet.reports import write as W
+    from tests.reports.sample import sample_document
+
+    canary = "canary-5e1f-report-do-not-leak"
+    monkeypatch.setenv("GPUFLEET_REPORT_TOKEN", canary)
+    doc = sample_document()
+    doc = doc.model_copy(update={"title": f"Sample; token {canary}"})
+    paths = W.write_report(doc, doc, tmp_path, "s")
+    assert set(paths) == set(W.FORMATS)
+    for fmt, path in paths.items():
+        text = path.read_text()
+        assert canary not in text and ("[redacted]" in text or fmt == "xml"), path  # JUnit carries no title
+        assert path.stat().st_mode & 0o077 == 0, path
