@@ -67,6 +67,11 @@ def test_a_real_slurm_stacks_controller_play_gets_slurmdbd_and_ops_serve(tmp_pat
     assert (site["slurm_accounting_cluster"], site["slurm_accounting_port"]) == (spec.cluster.name, 6820)
     assert site["slurm_accounting_version"] == site["slurm_version"]  # the BOM's pin, as slurmctld's
     assert "AccountingStoragePort=6820" in Path(site["slurm_conf_file"]).read_text()
+    # the partition QOS the real slurm.conf names, which the accounting role creates before slurmctld starts
+    qos = site["slurm_accounting_partition_qos"]
+    assert qos == [f"part-{p.name}" for p in build_plan(spec).partitions if p.blocks] and qos
+    assert all(f" QOS={name} " in Path(site["slurm_conf_file"]).read_text() for name in qos)
+    assert "\nslurm_accounting_partition_qos:" in (REPO / "playbooks/roles/slurm_accounting/defaults/main.yml").read_text()
     assert (site["ops_webhook_stack"], site["ops_webhook_listen"]) == ("dev", OPS_SERVE)
     assert {f["dest"]: f["src"] for f in site["ops_webhook_project_files"]} == {
         "Pulumi.yaml": str(root / "Pulumi.yaml"), "stacks/Pulumi.dev.yaml": str(root / "stacks" / "Pulumi.dev.yaml"),
