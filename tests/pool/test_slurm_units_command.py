@@ -107,3 +107,18 @@ def test_the_plugin_is_generated_from_the_plan():
     assert '["train"] = true, ["sim"] = true, ["debug"] = true' in lua
     assert "local TREE = false" in job_submit_lua(plan, "block")  # topology/block places blocks itself
     assert unit_shape(plan, 6) is None and unit_shape(plan, 8).switches == 2  # type: ignore[union-attr]
+
+
+def test_with_tenants_the_text_says_which_account_submits_where_and_who_preempts_whom():
+    from gpufleet.pool.slurm.units import render, submit_ways, team_lines
+    from gpufleet.spec import ClusterSpec
+
+    raw = load_stack("local-slurm").model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["pool"]["preemption"] = "requeue"
+    raw["ops"] = {**raw.get("ops", {}), "slurmAccounting": True, "tenants": [
+        {"name": "bulk", "partitions": ["train", "sim"]}, {"name": "urgent", "partitions": ["sim"], "priority": 10}]}
+    spec = ClusterSpec.from_raw(raw, source="tests/pool/test_slurm_units_command.py")
+    text = render(submit_ways(spec, build_plan(spec), "tree"), "local-slurm", team_lines(spec))
+    assert "    train: -A bulk\n" in text and "    sim: -A bulk, -A urgent\n" in text
+    assert "preemption (requeue)" in text and text.endswith("    sim: urgent (10) > bulk (0)")
+    assert team_lines(load_stack("local-slurm")) == []  # no tenants: nothing about accounts

@@ -200,7 +200,7 @@ def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
     from gpufleet.plan import build_plan
     from gpufleet.pool.slurm.conf import topology_kind
     from gpufleet.pool.slurm.files import target_slurm_version
-    from gpufleet.pool.slurm.units import render, submit_ways
+    from gpufleet.pool.slurm.units import render, submit_ways, team_lines
 
     name = _stack_of(ctx, stack)
     project, spec = _context(name)
@@ -222,7 +222,7 @@ def units(ctx: click.Context, stack: str | None, as_json: bool) -> None:
             {"mode": w.mode, "partition": w.partition, "units": w.units, "sbatch": list(w.sbatch), "note": w.note}
             for w in ways]}, indent=2))
     else:
-        click.echo(render(ways, name))
+        click.echo(render(ways, name, team_lines(spec)))
 
 
 @pool.group("access")

@@ -72,9 +72,31 @@ def submit_ways(spec: ClusterSpec, plan: ClusterPlan, kind: TopologyKind) -> lis
     return ways
 
 
-def render(ways: list[SubmitWay], stack: str) -> str:
+def team_lines(spec: ClusterSpec) -> list[str]:
+    """Who submits where (`ops.tenants`): `-A <team>` per partition, and with `pool.preemption` who
+    preempts whom; empty without tenants."""
+    tenants = spec.ops.tenants
+    if not tenants:
+        return []
+    lines = ["  teams: sbatch -A <team> (job_submit.lua gives the job the team's QOS for the partition; "
+             "the partition's QOS caps every account's jobs there):"]
+    for p in spec.partitions:
+        there = [t for t in tenants if p.name in t.partitions]
+        if there:
+            lines.append(f"    {p.name}: " + ", ".join(f"-A {t.name}" for t in there))
+    if spec.pool.preemption != "off":
+        lines.append(f"  preemption ({spec.pool.preemption}): in a partition with no room, a team's unit preempts "
+                     "the running jobs of its lower-priority teams there; equal priorities wait:")
+        for p in spec.partitions:
+            there = sorted((t for t in tenants if p.name in t.partitions), key=lambda t: -t.priority)
+            if len({t.priority for t in there}) > 1:
+                lines.append(f"    {p.name}: " + " > ".join(f"{t.name} ({t.priority})" for t in there))
+    return lines
+
+
+def render(ways: list[SubmitWay], stack: str, teams: list[str] | None = None) -> str:
     lines = [f"whole-unit submission on stack {stack} (Slurm refuses any other shape in these partitions):"]
     for w in ways:
         lines.append(f"  {w.mode}: {w.note}")
         lines.append(f"    sbatch {' '.join(w.sbatch)} job.sh")
-    return "\n".join(lines)
+    return "\n".join(lines + list(teams or []))
