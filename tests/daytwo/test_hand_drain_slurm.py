@@ -52,3 +52,27 @@ def test_a_hand_drain_is_seen_kept_with_its_reason_and_lifted_only_through_the_g
     events = [json.loads(line) for line in (root / ".gpufleet" / STACK / "daytwo.jsonl").read_text().splitlines()]
     assert [(e["slot"], e["action"], e["why"]) for e in events if e["type"] == "pool"] == [
         (node, "readmit", "fans replaced")]
+
+
+def test_a_gpufleet_drain_lifted_by_hand_is_reported_by_the_patrol_and_left_as_it_is(slurm_project):  # noqa: F811
+    """The other way round: gpufleet quarantined a node, a person resumed it in Slurm. Slurm runs jobs
+    there, gpufleet has no admission record: the patrol says so and changes nothing (no drain set
+    again behind the person's back); `gpufleet pool readmit` is the way back."""
+    root, conf = slurm_project
+    if not conf.exists():
+        conf = next((root / ".gpufleet" / STACK / "slurm").rglob("slurm.conf"))
+    assert gpufleet(root, "rollout", "-s", STACK).exit_code == 0
+    node = "pss-b0006-n00006"
+    assert gpufleet(root, "sim", "fault", "-s", STACK, "--slot", node, "--kind", "xid-48").exit_code == 0
+    assert gpufleet(root, "patrol", "-s", STACK).exit_code == 3  # quarantined: drained in Slurm by gpufleet
+    assert _slurm_state(conf, node)[0] == "drained"
+    sh(conf, "scontrol", "update", f"NodeName={node}", "State=RESUME")  # lifted by hand
+    assert _slurm_state(conf, node) == ("idle", "none")
+
+    out = gpufleet(root, "patrol", "-s", STACK)
+    assert f"the scheduler and gpufleet disagree on {node}" in out.output, out.output
+    assert "no admission record" in out.output and "left as it is" in out.output
+    assert _slurm_state(conf, node) == ("idle", "none")  # reported, not fixed
+    events = [json.loads(line) for line in (root / ".gpufleet" / STACK / "daytwo.jsonl").read_text().splitlines()]
+    last = [e for e in events if e["type"] == "patrol"][-1]
+    assert list(last["disagreements"]) == [node] and node not in last["checked"]

@@ -33,6 +33,8 @@ def patrol(stack: str, as_json: bool, out_dir: Path | None, force_unlock: bool) 
 
     with open_day_two(stack, "patrol", force_unlock=force_unlock, warn=warn) as d:
         outcome = run_patrol(d, collector_for(d))
+        for slot, what in sorted(outcome.disagreements.items()):
+            warn(f"the scheduler and gpufleet disagree on {slot}: {what} (left as it is)")
         report, paths = write(outcome, out_dir or d.project.reports_dir(stack))
         if report.quarantined:
             audit.day_two(d, "patrol quarantine", "the patrol's gates failed", quarantined=sorted(report.quarantined))

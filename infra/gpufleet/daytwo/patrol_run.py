@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gpufleet.daytwo import lifecycle
 from gpufleet.daytwo.collect import PatrolCollector
@@ -32,6 +32,14 @@ from gpufleet.durable import write_atomic
 from gpufleet.ports import HostStatus
 
 LAST = "last.json"
+
+
+@runtime_checkable
+class ReportsDisagreements(Protocol):
+    """A pool whose scheduler keeps its own state beside gpufleet's (Slurm) and can say where they differ."""
+
+    def disagreements(self) -> dict[str, str]:
+        ...
 
 
 @dataclass
@@ -47,6 +55,7 @@ class PatrolOutcome:
     yielded: list[str] = field(default_factory=list)  # a job took it before its round: left to the job
     budget: dict[str, int] = field(default_factory=dict)  # partition -> nodes checked at once
     rounds: int = 0
+    disagreements: dict[str, str] = field(default_factory=dict)  # slot -> what the scheduler and gpufleet each say
     no_instance: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -66,6 +75,8 @@ def load_last(path: Path) -> dict[str, dict[str, str]]:
 def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     started = d.now()
     out = PatrolOutcome(stack=d.stack, started=started, who=d.who)
+    if isinstance(d.pool, ReportsDisagreements):  # reported, never fixed: the person who lifted it decides
+        out.disagreements = d.pool.disagreements()
     selection = select(d.pool.state())
     out.skipped_busy = selection.busy
     inventory = dict(d.adapters.provisioner.inventory())
@@ -142,7 +153,7 @@ def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     write_atomic(last_path, json.dumps(last, indent=1, sort_keys=True))
     d.journal.append({"type": "patrol", "who": d.who, "checked": [r.slot for r in out.checked],
                       "skipped_busy": out.skipped_busy, "deferred": out.deferred, "yielded": out.yielded,
-                      "budget": out.budget, "rounds": out.rounds,
+                      "budget": out.budget, "rounds": out.rounds, "disagreements": out.disagreements,
                       "failed": {s: {"reason_code": c, "reason": r} for s, (c, r) in failing.items()}})
     out.checked = worst_first(out.checked)
     return out
