@@ -36,6 +36,7 @@ ANNOTATIONS = (STATE, FAILURES, PARTITION, BLOCK, INSTANCE, DIGEST, SUMMARY, REA
 LABELS = (PARTITION_LABEL, BLOCK_LABEL)
 MANAGED_TAINTS = (GATE_TAINT, QUARANTINE_TAINT)
 KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
+CORDONED = "cordoned"  # the reason code of an admitted Node someone cordoned by hand
 GATE = {"key": GATE_TAINT, "value": PENDING_TAINT_VALUE, "effect": "NoSchedule"}
 
 
@@ -68,9 +69,14 @@ def decode(node: Mapping[str, Any]) -> PoolNode | None:
     except ValueError as exc:  # someone edited the annotations by hand
         raise PoolError(f"Node {meta.get('name')} has unreadable gpufleet annotations ({exc}); fix or remove "
                         f"them (`kubectl annotate node {meta.get('name')} {STATE}-`)", node=slot) from None
+    code, reason = notes.get(REASON_CODE), notes.get(REASON)
+    if state is NodeState.ADMITTED and (node.get("spec") or {}).get("unschedulable"):
+        # cordoned outside gpufleet (gpufleet cordons only the nodes it quarantines or drains): the node
+        # takes no work, so the pool says so; only the re-admission gate puts it back (issue 22)
+        state, code, reason = NodeState.QUARANTINED, CORDONED, "cordoned outside gpufleet (kubectl cordon)"
     return PoolNode(slot=slot, state=state, block=block_id, partition=notes.get(PARTITION),
                     instance_id=notes.get(INSTANCE) or instance_from_provider_id((node.get("spec") or {}).get("providerID")),
-                    reason_code=notes.get(REASON_CODE), reason=notes.get(REASON), record_digest=notes.get(DIGEST),
+                    reason_code=code, reason=reason, record_digest=notes.get(DIGEST),
                     failures=failures)
 
 
