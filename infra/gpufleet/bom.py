@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet import strict_yaml
 from gpufleet.errors import ConfigError, ConfigErrors
 from gpufleet.findings import Finding, error
 from gpufleet.project import Project, current_project
@@ -187,12 +187,14 @@ class CompatRules(_Frozen):
 
 def _load_yaml_model(path: Path, model: type[BaseModel]) -> Any:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # strict: a key written twice is an error naming both lines (safe_load kept the last),
+        # and every schema error below says its line (issue 23 item 5)
+        raw = strict_yaml.load(path.read_text(encoding="utf-8"), source=str(path))
     except FileNotFoundError:
         raise ConfigError("file not found", path=str(path)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=str(path)) from None
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(path)) from None
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping at the top level", path=str(path))
@@ -201,7 +203,7 @@ def _load_yaml_model(path: Path, model: type[BaseModel]) -> Any:
     except ValidationError as exc:
         raise ConfigErrors([
             ConfigError(e["msg"].removeprefix("Value error, ") + _got(e), path=str(path),
-                        field=".".join(str(p) for p in e["loc"]))
+                        field=".".join(str(p) for p in e["loc"]), line=strict_yaml.line_of(raw, e["loc"]))
             for e in exc.errors()
         ]) from None
 

@@ -154,3 +154,20 @@ def test_other_counts_out_of_range_are_refused(tmp_path, concern, key, written, 
     line = _line(text, f"{key}: {written}")
     errors = _errors(path)
     assert any(e.startswith(f"{path}:{line}: gpufleet:{concern}.{key}:") and says in e for e in errors), errors
+
+
+def test_a_duplicate_key_in_the_bom_names_both_lines_and_schema_errors_their_line(tmp_path):
+    from gpufleet.bom import load_bom
+
+    text = (REPO / "images" / "bom.yaml").read_text()
+    first = _line(text, "components:")
+    path = tmp_path / "bom.yaml"
+    path.write_text(text.replace("components:\n", "components:\n", 1) + "components: {}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_bom(path)
+    assert str(caught.value).startswith(f"{path}:{len(text.splitlines()) + 1}: components: key 'components' "
+                                        f"appears twice (first on line {first})")
+    path.write_text(text.replace("schema: 1", "schema: 7", 1))
+    with pytest.raises(ConfigError) as caught:
+        load_bom(path)
+    assert f"{path}:{_line(text, 'schema: 1')}: schema" in str(caught.value)
