@@ -617,10 +617,14 @@ class SimulatorConfig(_Model):
     fault on every node (a broken NCCL net plugin, an image whose driver does not load).
     `slurmJobSeconds`: on a local Slurm (`pool.type: slurm`), how long each job of the simulated
     job stream that a rollout submits holds its nodes (0: none submitted; `gpufleet.sim.jobs_slurm`).
+    `jobStream`: on the simulated pool (`pool.type: sim`), day-two commands see the job stream's
+    running jobs as busy nodes at the simulated clock's now (`gpufleet.sim.jobs_pool`): patrol
+    yields to them. Off by default: tests that place work by hand keep the pool as they set it.
     """
 
     seed: int = Field(default=1, ge=0)
     slurm_job_seconds: int = Field(default=0, ge=0, le=3600)
+    job_stream: bool = False
     faults: dict[SimFaultKind, float] = Field(default_factory=dict)
     bad_links: int = Field(default=0, ge=0)
     capacity_shortfall: SimCapacityShortfall | None = None
