@@ -84,7 +84,7 @@ def test_the_rollout_command_points_the_relay_at_its_display(monkeypatch, tmp_pa
     rollout's display carries the engine's lines."""
     root = make_project(tmp_path / "p")
     buf = io.StringIO()
-    monkeypatch.setattr(D, "make_display", lambda plan, elapsed, *a: D.PlainDisplay(plan, elapsed, buf))
+    monkeypatch.setattr(D, "make_display", lambda plan, elapsed, *a, **kw: D.PlainDisplay(plan, elapsed, buf))
     real_wire = wiring.wire
 
     def wire(spec, plan, project, stack):
