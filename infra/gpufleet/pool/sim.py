@@ -6,7 +6,9 @@ rename, fsync of the folder) under an exclusive lock, so a crash leaves the old 
 never half of one. Running work is the scheduler's side of the file: a node's `busy` flag, and
 the work's name under `work` (slot -> name) where whoever placed it gave one; the pool keeps both
 as it finds them and names the work when a drain is held (`holders`). The launcher is injected:
-the fabric model of `gpufleet.sim` in the `local` stack, a small fake in tests.
+the fabric model of `gpufleet.sim` in the `local` stack, a small fake in tests. So can `work`, a
+scheduler's live view (admitted slots -> slot -> job): the simulator's job stream on a stack that
+sets `gpufleet:simulator.jobStream` (`gpufleet.sim.jobs_pool`); its nodes read busy besides the file's.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import fcntl
 import json
 import os
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from gpufleet.durable import write_atomic
 from gpufleet.masking import mask
@@ -48,6 +50,7 @@ class SimPool:
         self.partitions = frozenset(partitions) if partitions is not None else None
         self._cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         self._fragments: dict[str, tuple[dict[str, Any], str]] = {}
+        self.work: Callable[[Iterable[str]], Mapping[str, str]] | None = None
 
     # --- the port -------------------------------------------------------------------------
 
@@ -112,14 +115,26 @@ class SimPool:
 
     def state(self) -> PoolState:
         doc = self._read()
-        return PoolState(nodes={slot: _node(raw) for slot, raw in sorted(doc["nodes"].items())})
+        nodes = {slot: _node(raw) for slot, raw in sorted(doc["nodes"].items())}
+        for slot in self._live(nodes):
+            nodes[slot] = replace(nodes[slot], busy=True)
+        return PoolState(nodes=nodes)
 
     def holders(self, slots: Sequence[str]) -> list[Holder]:
         """The named work on the busy ones of `slots`; a busy node whose work has no name is left out
         (the drain then reports the slot itself)."""
         doc = self._read()
-        return [Holder(slot=slot, workload=doc["work"][slot]) for slot in slots
-                if doc["nodes"].get(slot, {}).get("busy") and doc["work"].get(slot)]
+        live = self._live({slot: _node(raw) for slot, raw in doc["nodes"].items()})
+        return [Holder(slot=slot, workload=doc["work"][slot]) if doc["work"].get(slot) else
+                Holder(slot=slot, workload=live[slot]) for slot in slots
+                if (doc["nodes"].get(slot, {}).get("busy") and doc["work"].get(slot)) or slot in live]
+
+    def _live(self, nodes: Mapping[str, PoolNode | None]) -> Mapping[str, str]:
+        """The injected scheduler's jobs on the admitted nodes (none without `work`)."""
+        if self.work is None:
+            return {}
+        admitted = {s for s, n in nodes.items() if n is not None and n.state is NodeState.ADMITTED}
+        return {s: j for s, j in self.work(sorted(admitted)).items() if s in admitted}
 
     def launcher(self) -> Launcher:
         if self._launcher is None:
