@@ -102,6 +102,27 @@ def _pool_wiring(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: 
                   threaded=False)
 
 
+def _attach_stream(d: DayTwo) -> None:
+    """The simulator's job stream as the sim pool's running work, at the day-two clock's now, each
+    node from its current admission record's decision (`gpufleet.sim.jobs_pool`)."""
+    from gpufleet.sim.jobs_pool import for_plan
+
+    seen: dict[str, tuple[Any, datetime | None]] = {}  # slot -> (its raw record, decided_at): parse once
+
+    def admitted_at(slot: str) -> datetime | None:
+        raw = d.journal.state.records.get(slot)
+        if raw is None:
+            n = d.rollout.nodes.get(slot)
+            raw = n.record if n is not None and n.stage is NodeStage.ADMITTED else None
+        known = seen.get(slot)
+        if known is None or known[0] is not raw:
+            at = AdmissionRecord.model_validate(raw).decided_at if raw is not None else None
+            seen[slot] = known = (raw, at)
+        return known[1]
+
+    d.pool.work = for_plan(d.plan, d.spec, d.now, admitted_at)
+
+
 @contextmanager
 def open_day_two(stack: str, command: str, *, force_unlock: bool = False,
                  warn: Callable[[str], None] = lambda _m: None, project: Project | None = None,
@@ -133,9 +154,12 @@ def open_day_two(stack: str, command: str, *, force_unlock: bool = False,
         try:
             state = journal.load(repair=True)
             _resume_clock(wiring.adapters.clock, rollout, spec.rollout.pipelining, state.clock)
-            yield DayTwo(project=project, spec=spec, plan=plan, stack=stack, state_dir=state_dir,
-                         adapters=wiring.adapters, settings=gate_settings(spec, project), rollout=rollout,
-                         journal=journal, who=actor(spec.simulated), simulator=wiring.simulator)
+            d = DayTwo(project=project, spec=spec, plan=plan, stack=stack, state_dir=state_dir,
+                       adapters=wiring.adapters, settings=gate_settings(spec, project), rollout=rollout,
+                       journal=journal, who=actor(spec.simulated), simulator=wiring.simulator)
+            if spec.simulator is not None and spec.simulator.job_stream and hasattr(d.pool, "work"):
+                _attach_stream(d)
+            yield d
         finally:
             journal.close()
             store.close()
