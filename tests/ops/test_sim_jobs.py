@@ -72,3 +72,34 @@ def test_the_streams_utilisation_is_seeded_per_job_sampled_over_its_time_and_one
         assert all(abs(v - level) <= 3 for _, v in samples)
     assert utilisation([long, short], (0.0, 10_000.0), 4000.0, 300.0, seed=7) == series
     assert utilisation([long], (2000.0, 2500.0), 4000.0, 300.0, seed=7)["n1"][0][0] == 2000.0  # clipped to the window
+
+
+def test_the_stream_leaves_seeded_idle_gaps_with_the_busy_share_its_mixes_give() -> None:
+    """Jobs start at admission, then run with gaps; over 90 days each mode's measured busy share is
+    near mean run / (mean run + mean gap) of its mixes (the module docstring's figures)."""
+    from statistics import mean
+
+    from gpufleet.sim import jobs as J
+
+    horizon = 90 * 86400.0
+    admitted = {s: [(T0, T0 + horizon)] for u in UNITS for s in u.slots}
+    expected = {"unit-jobs": (J.DURATIONS_S, J.GAPS_S), "all-units": (J.TRAIN_RUNS_S, J.TRAIN_GAPS_S),
+                "prefill-decode": (J.SERVE_RUNS_S, J.SERVE_GAPS_S)}
+    held: dict[str, list[float]] = {m: [] for m in expected}
+    for seed in range(12):
+        jobs = stream(UNITS, {s: [(T0 + 60 * i, T0 + horizon)] for i, s in enumerate(admitted)}, T0 + horizon + 1,
+                      seed=seed)
+        by_nodes: dict[tuple[str, ...], list[J.SimJob]] = {}
+        for j in jobs:
+            by_nodes.setdefault(j.nodes, []).append(j)
+        for nodes, mine in by_nodes.items():
+            mine.sort(key=lambda j: j.start)
+            first = max(T0 + 60 * list(admitted).index(n) for n in nodes)
+            assert mine[0].start == first  # the first job starts when its nodes are all admitted
+            gaps = [b.start - a.end for a, b in zip(mine, mine[1:]) if a.end is not None]
+            assert gaps and all(g > 0 for g in gaps)  # never back to back
+            held[mine[0].mode].append(sum((j.end or T0 + horizon) - j.start for j in mine) / (T0 + horizon - first))
+    for mode, (runs, gaps) in expected.items():
+        assert held[mode], mode
+        share = mean(runs) / (mean(runs) + mean(gaps))
+        assert abs(mean(held[mode]) - share) < 0.05, (mode, mean(held[mode]), share)
