@@ -9,6 +9,10 @@ its name, so a damaged copy is refused by name before any node is drained.
 
 Each keep is also listed in `applied.jsonl` beside the copies (digest, image, who, when), the
 history `gpufleet upgrade` and a person read; the copies alone are what a rollback needs.
+
+A stack whose state lives in S3 (CI: every run on a fresh runner) keeps each copy there too
+(`Remote`, `gpufleet.rollout.backends.S3BomStore`), and `find` fetches a copy the local state
+lacks from there, checked against its digest like a local one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 from gpufleet.bom import Bom, load_bom
 from gpufleet.durable import fsync_dir, write_atomic
@@ -24,6 +29,19 @@ from gpufleet.errors import ConfigError
 
 RECORD_DIR = Path("upgrade") / "boms"  # under the stack's state dir (the upgrade's journals point here)
 HISTORY = "applied.jsonl"
+
+
+class Remote(Protocol):
+    """Where a stack's kept BOMs are kept beside its local state (the S3 state backend)."""
+
+    def put(self, digest: str, text: str) -> None:
+        ...
+
+    def get(self, digest: str) -> str | None:
+        ...
+
+    def location(self, digest: str) -> str:
+        ...
 
 
 def record_path(state_dir: Path, digest: str) -> Path:
@@ -34,9 +52,11 @@ def record_path(state_dir: Path, digest: str) -> Path:
     return Path(state_dir) / RECORD_DIR / f"{hexpart}.yaml"
 
 
-def keep(state_dir: Path, bom_path: Path, *, applied_by: str, image: str | None = None) -> tuple[Bom, Path]:
-    """Keep the BOM at `bom_path` under its digest (once) and list this use of it; returns the BOM
-    and the kept file. The text kept is the text read and digested here, never a second read."""
+def keep(state_dir: Path, bom_path: Path, *, applied_by: str, image: str | None = None,
+         remote: Remote | None = None) -> tuple[Bom, Path]:
+    """Keep the BOM at `bom_path` under its digest (once, and in `remote` too) and list this use of
+    it; returns the BOM and the kept file. The text kept is the text read and digested here, never a
+    second read."""
     bom_path = Path(bom_path)
     try:
         text = bom_path.read_text(encoding="utf-8")
@@ -50,18 +70,31 @@ def keep(state_dir: Path, bom_path: Path, *, applied_by: str, image: str | None 
         if load_bom(dest).digest() != bom.digest():  # the file changed between the two reads
             dest.unlink()
             raise ConfigError("the BOM changed while it was being kept; run again", path=str(bom_path))
+    if remote is not None:
+        remote.put(bom.digest(), text)
     _append_history(dest.parent / HISTORY, {"digest": bom.digest(), "image": image, "applied_by": applied_by,
                                             "source": str(bom_path),
                                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     return bom, dest
 
 
-def find(state_dir: Path, digest: str) -> Path | None:
-    """The kept copy of the BOM with `digest`, None when none was kept. A copy whose text no longer
-    hashes to its name (edited, truncated) is an error naming the file, not a miss."""
+def find(state_dir: Path, digest: str, remote: Remote | None = None) -> Path | None:
+    """The kept copy of the BOM with `digest`, None when none was kept (here or in `remote`, whose
+    copy is fetched into the local state). A copy whose text no longer hashes to its name (edited,
+    truncated) is an error naming the file or object, not a miss."""
     path = record_path(state_dir, digest)
     if not path.exists():
-        return None
+        text = remote.get(digest) if remote is not None else None
+        if remote is None or text is None:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+        got = _kept_digest(path)
+        if got != digest:
+            path.unlink()
+            raise ConfigError(f"the kept BOM does not match its digest (its text hashes to {got[:19]}); it was changed "
+                              "after it was kept, so a rollback cannot trust it", path=remote.location(digest),
+                              expected=f"the BOM with digest {digest[:19]}; restore it with --previous-bom")
     got = _kept_digest(path)
     if got != digest:
         raise ConfigError(f"the kept BOM does not match its digest (its text hashes to {got[:19]}); it was changed "

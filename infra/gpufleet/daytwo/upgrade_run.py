@@ -90,10 +90,17 @@ def executor_for(d: DayTwo, bom: Bom) -> Executor:
                            context=base.context, preflight_vars=base.preflight_vars)
 
 
+def bom_remote(d: DayTwo) -> bom_record.Remote | None:
+    """The stack's S3 state, where its kept BOMs are kept too (None for local state)."""
+    from gpufleet.rollout.backends import bom_store_for
+
+    return bom_store_for(d.spec.rollout.state_backend, d.stack, d.spec.cluster.region)
+
+
 def snapshot(d: DayTwo, bom_path: Path) -> tuple[Bom, str]:
     """Keep a BOM on record by digest (`gpufleet.bom_record`): what a rollback reinstalls."""
     bom, dest = bom_record.keep(d.state_dir, bom_path, applied_by=f"upgrade ({d.who})",
-                                image=d.spec.image.ami_id)
+                                image=d.spec.image.ami_id, remote=bom_remote(d))
     return bom, str(dest.relative_to(d.state_dir))
 
 
@@ -164,7 +171,7 @@ class Upgrader:
         previous: dict[str, str] = {}
         given = load_bom(previous_bom) if previous_bom is not None else None
         for digest in sorted({current[s] for s in todo}):
-            kept = bom_record.find(d.state_dir, digest)  # kept by the rollout or an earlier upgrade
+            kept = bom_record.find(d.state_dir, digest, bom_remote(d))  # kept by the rollout or an earlier upgrade
             if kept is not None:
                 previous[digest] = str(kept.relative_to(d.state_dir))
             elif digest == target.digest():  # an image-only change: the previous BOM is the target

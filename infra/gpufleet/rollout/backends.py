@@ -84,6 +84,50 @@ class S3JournalStore:
         pass
 
 
+class S3BomStore:
+    """The stack's kept BOMs in its S3 state (`gpufleet.bom_record.Remote`): one object per digest
+    beside the journal, so a CI runner that never saw the rollout still finds what to roll back to."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str, stack: str) -> None:
+        self.client, self.bucket = client, bucket
+        self.base = f"{prefix.strip('/')}/{stack}/boms/".lstrip("/")
+
+    def _key(self, digest: str) -> str:
+        return f"{self.base}{digest.removeprefix('sha256:')}.yaml"
+
+    def location(self, digest: str) -> str:
+        return f"s3://{self.bucket}/{self._key(digest)}"
+
+    def put(self, digest: str, text: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(digest), Body=text.encode("utf-8"),
+                                   ContentType="application/yaml")
+        except ClientError as exc:
+            raise ExternalCommandFailed("S3 PutObject", f"{self.location(digest)}: {exc}") from None
+
+    def get(self, digest: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404"):
+                return None
+            raise ExternalCommandFailed("S3 GetObject", f"{self.location(digest)}: {exc}") from None
+        return body.decode("utf-8", errors="replace")
+
+
+def bom_store_for(backend: Any, stack: str, region: str | None = None,
+                  client_factory: Callable[[str, str | None], Any] | None = None) -> S3BomStore | None:
+    """Where the stack's kept BOMs also go: its S3 state backend's bucket, None for local state."""
+    if backend.type == "local":
+        return None
+    make = client_factory or _boto_client
+    return S3BomStore(make("s3", backend.region or region), backend.bucket, backend.prefix, stack)
+
+
 class DynamoLock:
     def __init__(self, client: Any, table: str, key: str, info: LockInfo, force: bool = False,
                  warn: Warn = lambda _m: None) -> None:

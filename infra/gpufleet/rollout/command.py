@@ -132,7 +132,9 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     from gpufleet.rollout.wiring import gate_settings, options, wire
 
     from gpufleet import bom_record  # the BOM on record by digest before any node is configured with it
-    bom_record.keep(state_dir, project.path(spec.image.bom), applied_by=f"rollout {stack}", image=spec.image.ami_id)
+    from gpufleet.rollout.backends import bom_store_for
+    bom_record.keep(state_dir, project.path(spec.image.bom), applied_by=f"rollout {stack}", image=spec.image.ami_id,
+                    remote=bom_store_for(spec.rollout.state_backend, stack, spec.cluster.region))
     wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     # the acceptance stages over the wiring's collectors (adopts pre-journal outcomes)
     hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
