@@ -1,0 +1,75 @@
+"""The gates' multi-node runs on a local Slurm (`local-slurm`) as real `srun` job steps whose tasks
+print the simulator's output for the run, so slurmctld places and logs every pair test while the
+verdict still comes from the real gates reading the simulated fabric's faults.
+
+Why a relay: the local cluster's slurmd nodes have no GPUs, EFA or nccl-tests; what a run prints
+is the simulator's (`gpufleet.sim.fabric.SimLauncher`, its injected faults), but the launch path
+is Slurm's own: the real `SlurmLauncher` takes the pending nodes into a maintenance reservation,
+resumes them, runs `srun -w NODES -N<n> --ntasks-per-node=1` (CPUs only), and drains them back.
+Rank 0 writes the simulator's bytes; every task exits with the simulator's exit code, so srun's
+status is the run's. Times stay the simulator's (the rollout's modelled timeline).
+
+Run as `python -m gpufleet.sim.srun_relay FILE CODE` (what each task executes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from gpufleet.gates.launch import LaunchSpec
+from gpufleet.pool.protocol import Launcher, LaunchResult
+from gpufleet.pool.slurm.hostlist import hostlist
+
+
+class SrunRelayLauncher:
+    """`Launcher`: the simulator's results, each run through real srun on its nodes (`bind` the real
+    Slurm launcher once the pool exists)."""
+
+    def __init__(self, sim: Launcher, folder: Path, python: str = sys.executable) -> None:
+        self.sim, self.folder, self.python = sim, Path(folder), python
+        self.real: Launcher | None = None
+
+    def bind(self, real: Launcher) -> None:
+        self.real = real
+
+    def relay_argv(self, spec: LaunchSpec, out: Path, code: int) -> tuple[str, ...]:
+        return ("srun", "-w", hostlist(list(spec.nodes)), f"-N{len(spec.nodes)}", "--ntasks-per-node=1",
+                f"--job-name=gpufleet-{spec.name}", self.python, "-m", "gpufleet.sim.srun_relay", str(out), str(code))
+
+    def run(self, specs: Sequence[LaunchSpec], timeout_s: float) -> list[LaunchResult]:
+        if not specs:
+            return []
+        if self.real is None:
+            raise RuntimeError("the srun relay has no Slurm launcher bound (gpufleet.rollout.wiring binds it)")
+        simulated = self.sim.run(specs, timeout_s)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        relayed = []
+        for spec, result in zip(specs, simulated):
+            out = self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "-", spec.name) + ".out")
+            out.write_text(result.output, encoding="utf-8")
+            relayed.append(replace_argv(spec, self.relay_argv(spec, out, result.exit_code)))
+        real = self.real.run(relayed, timeout_s)
+        return [replace(sim, exit_code=got.exit_code, output=got.output, command=spec.command_line)
+                for spec, sim, got in zip(specs, simulated, real)]
+
+
+def replace_argv(spec: LaunchSpec, argv: tuple[str, ...]) -> LaunchSpec:
+    return spec.model_copy(update={"argv": argv})
+
+
+def main(argv: Sequence[str]) -> int:
+    """One task of the relay: rank 0 prints FILE; every task exits CODE."""
+    path, code = argv
+    if os.environ.get("SLURM_PROCID", "0") == "0":
+        sys.stdout.buffer.write(Path(path).read_bytes())
+        sys.stdout.flush()
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
