@@ -114,14 +114,15 @@ def test_the_windowed_schedule_and_its_bounds():
     assert wide.to_dict()["window"] == {"batches": 6, "fabric_tests": 6, "fabric_physical": True}
 
 
-def test_the_window_is_the_simulators_and_real_stacks_keep_their_worker_thread():
+def test_the_window_is_the_same_on_the_simulator_and_on_real_stacks():
     from gpufleet.rollout.wiring import options
 
     spec = small_spec(nodes=100, canary=0.1, batch_size=25)
     plan = build_plan(spec)
     sim = options(spec, None, threaded=False, plan=plan)
     assert sim.window == Window(batches=window_budget(plan).batches_in_flight, fabric_tests=8)
-    assert options(spec, None, threaded=True, plan=plan).window is None  # issue 21 item 4: not yet
+    real = options(spec, None, threaded=True, plan=plan)  # issue 21 item 4: worker threads, same budget
+    assert real.window == sim.window and real.threaded
     assert options(small_spec(pipelining=False), None, threaded=False, plan=plan).window is None
 
 

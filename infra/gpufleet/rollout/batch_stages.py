@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gpufleet.gates import bundle as B
 from gpufleet.gates.admission import AdmissionRecord, apply_isolation
@@ -47,6 +47,10 @@ class BatchStages:
         self.partition_of_block = {b.id: b.partition for b in plan.blocks}
         self.kind = bl.LAUNCH_KIND.get(adapters.pool.kind, "ssh")
         self.ahead = ProvisionAhead(adapters.provisioner, self._record_provision)
+        # batches' rounds at the same time (gpufleet.rollout.window_threads): the admitted partners a
+        # round in flight holds, never lent to a second one (two tests on one node measure each other)
+        self.lent: set[str] | None = None
+        self.wait: Callable[[], None] = lambda: None
 
     @property
     def state(self) -> RolloutState:
@@ -300,6 +304,21 @@ class BatchStages:
                                  "duration_s": self._seconds(seconds, started)})
         return True
 
+    def _partners(self, testing: int) -> list[str]:
+        """The admitted nodes a network round may pair with: all of them, or (rounds of several
+        batches at once) up to max(2, nodes under test) that no other round holds, waiting for
+        some where every one is held (never skipping the test for want of a free partner)."""
+        while True:
+            admitted = sorted(n.slot for n in self.state.nodes.values() if n.stage is S.ADMITTED)
+            if self.lent is None:
+                return admitted
+            free = [a for a in admitted if a not in self.lent]
+            if free or not admitted:
+                take = free[:max(2, testing)]
+                self.lent.update(take)
+                return take
+            self.wait()
+
     def network(self, k: int) -> bool:
         """The multi-node baselines of the nodes that passed their gates.
 
@@ -314,16 +333,20 @@ class BatchStages:
         if not todo:
             return False
         records = [AdmissionRecord.model_validate(n.gate_record) for n in todo]
-        admitted = sorted(n.slot for n in self.state.nodes.values() if n.stage is S.ADMITTED)
-        if len(todo) + len(admitted) < 2:  # a one-node cluster: no partner to measure with
-            final, event = records, events.network_skipped(k)
-        else:
-            runner = bl.NetworkRunner(self.ports.pool.launcher(), self.kind, self.settings,
-                                      self.settings.expected_versions, self.options.message_bytes,
-                                      self.options.launch_timeout_s)
-            result = bl.run_network_gates(runner, [n.slot for n in todo], admitted)
-            final, net = apply_isolation(records, result)
-            event = events.network_measured(k, runner, net)
+        admitted = self._partners(len(todo))
+        try:
+            if len(todo) + len(admitted) < 2:  # a one-node cluster: no partner to measure with
+                final, event = records, events.network_skipped(k)
+            else:
+                runner = bl.NetworkRunner(self.ports.pool.launcher(), self.kind, self.settings,
+                                          self.settings.expected_versions, self.options.message_bytes,
+                                          self.options.launch_timeout_s)
+                result = bl.run_network_gates(runner, [n.slot for n in todo], admitted)
+                final, net = apply_isolation(records, result)
+                event = events.network_measured(k, runner, net)
+        finally:
+            if self.lent is not None:
+                self.lent.difference_update(admitted)
         event.update(self._track(todo))
         by_slot = {n.slot: n for n in todo}
         # the network's figures and every node's verdict in one event (a partial re-run would

@@ -21,6 +21,7 @@ the one worker thread (pipelining) is `gpufleet.rollout.provision_ahead`.
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -35,6 +36,7 @@ from gpufleet.rollout.journal import Journal
 from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.rollout.state import BatchStage, NodeStage, RolloutState
 from gpufleet.rollout.timeline import BatchTimes, StackStages, elapsed
+from gpufleet.rollout.window_threads import Aborted, workers_for
 
 S = NodeStage
 
@@ -90,7 +92,11 @@ class Orchestrator:
         self.plan, self.stack, self.ports, self.journal = plan, stack, adapters, journal
         self.hooks = hooks
         self.settings, self.state_dir, self.options = settings, state_dir, options
-        self.stages = BatchStages(plan, stack, adapters, journal, settings, state_dir, options)
+        # a real stack's window: a worker thread per batch in flight (gpufleet.rollout.window_threads)
+        self.workers = (workers_for(adapters, options.window.fabric_tests)
+                        if options.threaded and options.window is not None else None)
+        ports = adapters if self.workers is None else self.workers.adapters
+        self.stages = BatchStages(plan, stack, ports, journal, settings, state_dir, options)
         self.spares = plan.topology.spare_nodes
         self.last_batch = min(options.until_batch or len(plan.batches), len(plan.batches))
         self.spares_exhausted = False
@@ -314,6 +320,9 @@ class Orchestrator:
         if self.state.halted or self.state.batch(canary).stage is not BatchStage.PASSED:
             return
         rest = numbers[1:]
+        if self.workers is not None:
+            self._run_window_threads(rest)
+            return
         while not self.state.halted:
             stage_of = {k: self.state.batch(k).stage for k in rest}
             halted = [k for k in rest if stage_of[k] is BatchStage.HALTED]
@@ -338,6 +347,94 @@ class Orchestrator:
                 return
             if not pending:
                 return
+
+    def _stopping(self, rest: Sequence[int]) -> bool:
+        """Nothing more is bought: a batch halted, or one's first instances are over its bar."""
+        return any(self.state.batch(k).stage is BatchStage.HALTED or (
+            self.state.batch(k).stage is BatchStage.RUNNING and self._failure_reason(k) is not None) for k in rest)
+
+    def _run_window_threads(self, rest: Sequence[int]) -> None:
+        """The window on real ports: the same decisions as `_run_windowed`'s loop, each batch in
+        flight worked by its own thread, which lets go of the run's lock only for its port calls
+        (gpufleet.rollout.window_threads). This thread starts batches and, once every worker is
+        done, journals the halt; every event is appended under the lock."""
+        w = self.workers
+        window = self.options.window
+        assert w is not None and window is not None
+        lock = w.lock
+        lock.aborted, w.idle, w.errors = False, set(), []
+        self.stages.lent = set()
+
+        def wait_for_partners() -> None:
+            lock.wait(0.5)
+            lock.check()
+        self.stages.wait = wait_for_partners
+        self.journal.listeners.append(lambda _e, _s: lock.notify())
+        lock.acquire()
+        try:
+            while True:
+                if w.errors:
+                    lock.aborted = True
+                    if not w.threads:
+                        break
+                    lock.wait(0.5)
+                    continue
+                stage_of = {k: self.state.batch(k).stage for k in rest}
+                in_flight = [k for k in rest if stage_of[k] is BatchStage.RUNNING]
+                pending = [k for k in rest if stage_of[k] is BatchStage.PENDING]
+                first_pass = [k for k in in_flight if not self._first_pass_done(k)]
+                if not self.state.halted and not self._stopping(rest) and pending \
+                        and len(first_pass) < window.batches:
+                    if not self._hook_passes(pending[0]):
+                        break
+                    self.journal.append({"type": "batch", "batch": pending[0], "to": "running"})
+                    continue
+                for k in in_flight:
+                    if k not in w.threads and k not in w.idle:
+                        w.threads[k] = threading.Thread(target=self._work, args=(k, rest),
+                                                        name=f"batch-{k}", daemon=True)
+                        w.threads[k].start()
+                if w.threads:
+                    lock.wait(0.5)
+                    continue
+                halted = [k for k in rest if stage_of[k] is BatchStage.HALTED]
+                if halted and not self.state.halted:  # every batch in flight has finished its gates
+                    first = halted[0]
+                    for k in in_flight:
+                        self.journal.append(events.batch_halted(
+                            k, f"batch {first} halted the rollout; this batch's gates had finished"))
+                    self.journal.append(events.rollout_halted(self.state.batch(first).reason))
+                break
+        finally:
+            lock.aborted = True  # done or failing: a worker still in a port call journals nothing more
+            threads = list(w.threads.values())
+            if lock.held():
+                lock.release()
+            for t in threads:
+                t.join()
+        if w.errors:
+            raise w.errors[0]
+
+    def _work(self, k: int, rest: Sequence[int]) -> None:
+        """Batch k's worker: its next action, again and again, until it passes, halts or is idle."""
+        w = self.workers
+        assert w is not None
+        try:
+            w.lock.acquire()
+            while self.state.batch(k).stage is BatchStage.RUNNING:
+                if not self._act(k, self._stopping(rest)):
+                    w.idle.add(k)  # nothing is bought any more and its gates are done: final
+                    break
+        except Aborted:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the run's thread, which raises it
+            w.errors.append(exc)
+            w.lock.aborted = True
+        finally:
+            w.threads.pop(k, None)
+            w.lock.notify()
+            if w.lock.held():
+                w.lock.release()
 
     def _act(self, k: int, stopping: bool) -> bool:
         """The next action of batch k: one stage that moves, else what its being idle calls for (halt

@@ -13,6 +13,7 @@ call is the storage clients' configure, after the base's update (`gpufleet.rollo
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -95,14 +96,12 @@ def gate_settings(spec: ClusterSpec, project: Project) -> GateSettings:
 
 def options(spec: ClusterSpec, until_batch: int | None, threaded: bool, plan: ClusterPlan | None = None) -> Options:
     """The run's options from the stack; with the plan, post-canary batches in flight together
-    within the plan's budget (gpufleet.plan.window) where the stack pipelines.
-
-    Not yet on threaded (real) stacks: the window's actions run one at a time, so on real ports it
-    would lose the overlap the worker thread gives today (provision k+1 while k is gated); real
-    stacks keep that until the window's stages run in threads (issue 21 item 4)."""
+    within the plan's budget (gpufleet.plan.window) where the stack pipelines: on the simulator's
+    ports one action at a time, the overlap modelled; on a threaded (real) stack each batch in
+    flight in its own worker thread, its port calls made side by side (gpufleet.rollout.window_threads)."""
     r = spec.rollout
     window = None
-    if plan is not None and r.pipelining and not threaded:
+    if plan is not None and r.pipelining:
         budget = window_budget(plan, r.max_batches_in_flight, r.max_fabric_tests)
         window = Window(batches=budget.batches_in_flight, fabric_tests=budget.fabric_tests,
                         fabric_physical=budget.fabric_is_physical,
@@ -161,19 +160,30 @@ def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, la
 # --- the real Executor ----------------------------------------------------------------------------
 
 class _FirstUseExecutor:
-    """The Executor port, built by `build` at its first call (after the first batch's update)."""
+    """The Executor port, built by `build` at its first call (after the first batch's update).
+
+    Batches in flight call it from several threads (gpufleet.rollout.window_threads): it is built
+    once, and configure runs are one at a time where they also play the stack's service hosts (the
+    Slurm controller takes every batch's slurm.conf: two plays on it at once would race)."""
 
     def __init__(self, build: Callable[[], Executor]) -> None:
         self._build = build
         self._executor: Executor | None = None
+        self._building = threading.Lock()
+        self._service_play = threading.Lock()
 
     def _get(self) -> Executor:
-        if self._executor is None:
-            self._executor = self._build()
-        return self._executor
+        with self._building:
+            if self._executor is None:
+                self._executor = self._build()
+            return self._executor
 
     def configure(self, instances: Sequence[Instance]) -> StageResult:
-        return self._get().configure(instances)
+        executor = self._get()
+        if not getattr(executor, "service_hosts", ()):
+            return executor.configure(instances)
+        with self._service_play:
+            return executor.configure(instances)
 
     def preflight(self, instances: Sequence[Instance], dest: Path) -> StageResult:
         return self._get().preflight(instances, dest)
