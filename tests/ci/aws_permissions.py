@@ -32,7 +32,9 @@ S3_ACTIONS: dict[str, tuple[str, ...]] = {
     "HeadBucket": ("s3:ListBucket",),
     "GetObject": ("s3:GetObject",),
     "HeadObject": ("s3:GetObject",),
-    "PutObject": ("s3:PutObject",),
+    # the audit log's S3 copy sets ObjectLockMode/ObjectLockRetainUntilDate, which also needs PutObjectRetention
+    "PutObject": ("s3:PutObject", "s3:PutObjectRetention"),
+    "GetObjectLockConfiguration": ("s3:GetBucketObjectLockConfiguration",),
     "CopyObject": ("s3:GetObject", "s3:PutObject"),  # read the source, write the copy
     "DeleteObject": ("s3:DeleteObject",),
     "DeleteObjects": ("s3:DeleteObject",),
