@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,8 +136,9 @@ def install_into(root: Path, bom: Bom, os_name: str, work: Path, prebuilt: Path 
     (root / "boot").mkdir(exist_ok=True)
     (root / "boot" / f"config-{kernel}").write_text(
         'CONFIG_CC_VERSION_TEXT="x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0"\nCONFIG_CC_IS_GCC=y\n')
+    kernel_work = Path(tempfile.mkdtemp(prefix="kernel-debs-", dir=work))  # one per root: callers share `work`
     for pkg in (Pkg(f"linux-image-{kernel}", f"{kernel}.1"), Pkg("linux-aws", f"{kernel}.1")):
-        deb = build_deb(pkg, work, work)
+        deb = build_deb(pkg, kernel_work, kernel_work)
         shutil.copy2(deb, root / "tmp" / deb.name)
         configure_host.chroot(root, "dpkg", "-i", f"/tmp/{deb.name}")
 

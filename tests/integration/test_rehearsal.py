@@ -127,7 +127,11 @@ def install_hardware(root: Path, n: synth.NodeSpec, cut: bool, fabric_json: Path
     install_tool(root, f"{bin_}/systemctl", dispatch({'"is-active nvidia-fabricmanager"': B.FABRICMANAGER}))
     mount_line = next(line for line in files[B.LUSTRE].splitlines() if line.startswith("mount: "))
     install_tool(root, f"{bin_}/findmnt", f"echo {mount_line.removeprefix('mount: ')!r}")
-    install_tool(root, f"{bin_}/docker", dispatch({'"run --rm --gpus all "*" nvidia-smi -L"': B.CONTAINER_GPUS}))
+    # the preflight's container check: containerd's ctr with the NVIDIA runtime (a pull, then the run)
+    install_tool(root, f"{bin_}/ctr", dispatch({
+        '"-n k8s.io images pull "*': "!true",
+        '"-n k8s.io run --rm --runc-binary=/usr/bin/nvidia-container-runtime --env NVIDIA_VISIBLE_DEVICES=all "*'
+        '" nvidia-smi -L"': B.CONTAINER_GPUS}))
     diag = f"!sleep {30 if cut else 1}; cat /srv/gpufleet-stubs/{B.DCGM_DIAG}"
     install_tool(root, f"{bin_}/dcgmi", dispatch({'"diag -r "*" -j"': diag, "--version": "version-dcgm"}))
     # one binary for both: the preflight's single-node runs (over SSH, chrooted into the host's
