@@ -1,5 +1,6 @@
-"""Multi-node fault isolation: pairs in parallel, attribution with known-good partners, one ring,
-bisection when the ring underperforms.
+"""Multi-node fault isolation: pairs in parallel, attribution with known-good partners, then either
+small rings and companion rings (a batch big enough to lend partners: at most 4 rounds for k <= 1%
+faults, issue 21) or one ring and its bisection (a small batch).
 
 Why this shape (research section d item 4; Google CHS two-pass): a failing pair says only
 "one of us, or the link between us". Each suspect is re-paired with known-good nodes and is
@@ -15,7 +16,9 @@ edge included, `arrange_ring`), bisection halves are arcs of such a ring (`split
 suspect's companions are a pair proven to work together, never one it met before, so one bad
 link can count against a node at most once. Tests: tests/gates/test_isolation.py (Hypothesis:
 bad links on first-round pairs, on ring neighbours and at random, with and without admitted
-nodes; rounds within 3 + k*ceil(log2 n) for k faults).
+nodes; rounds within 3 + k*ceil(log2 n) for k faults); tests/gates/test_isolation_scale.py
+(2..1250 nodes, the bench's fault mixes at once: <= 4 rounds at scale). The few-rounds schedule
+keeps the same rules (`_in_few_rounds`): counts only beside proven partners, never a partner twice.
 """
 
 from __future__ import annotations
@@ -99,8 +102,12 @@ def node_isolation(result: IsolationResult, node: str) -> NodeIsolation:
 
 
 class _Runner:
+    """Runs one round and keeps the schedule. Pairs are gated at `floor`, groups of three or more
+    at `ring_floor` once it is set (a round may mix both: the few-rounds schedule does)."""
+
     def __init__(self, run_round: RunRound, floor: float) -> None:
         self.run_round, self.floor = run_round, floor
+        self.ring_floor: float | None = None
         self.rounds: list[tuple[Group, ...]] = []
         self.busbw: dict[str, float] = {}
         self.proven: dict[tuple[str, str], None] = {}  # links that were neighbours in a passing group, in order
@@ -114,13 +121,17 @@ class _Runner:
         if len(values) != len(groups):
             raise ValueError(f"run_round returned {len(values)} figures for {len(groups)} groups")
         self.rounds.append(tuple(groups))
-        for g, v in zip(groups, values):
+        oks = [v >= self.gate(g) for g, v in zip(groups, values)]
+        for g, v, ok in zip(groups, values, oks):
             self.busbw["+".join(g)] = v
-            if v >= self.floor:
+            if ok:
                 self.proven.update(dict.fromkeys(ring_edges(g)))
             else:
                 self.doubted.update(ring_edges(g))
-        return [v >= self.floor for v in values]
+        return oks
+
+    def gate(self, group: Group) -> float:
+        return self.floor if len(group) < 3 or self.ring_floor is None else self.ring_floor
 
 
 def _key(a: str, b: str) -> tuple[str, str]:
@@ -193,11 +204,15 @@ def split_ring(group: Sequence[str], avoid: set[tuple[str, str]]) -> tuple[Group
 
 def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, floor: float,
             ring_floor: float | None = None, ring_anchors: int = 2, min_good_failures: int = 2,
-            bisect_min: int = 6) -> IsolationResult:
+            bisect_min: int = 6, ring_size: int = 4) -> IsolationResult:
     """Attribute multi-node failures to nodes or links. Pure apart from the `run_round` callback.
 
     batch: nodes under test (preflight passed); admitted: nodes already in the pool (known good).
     floor: pair busbw gate (GB/s, ring algorithm); ring_floor: the ring's gate (default: floor).
+    After the first round of pairs, a batch with enough cleared nodes to lend every suspect its
+    partners (`few_rounds_fit`) takes the few-rounds schedule (`_in_few_rounds`: small rings of
+    `ring_size` instead of one ring and its bisection); a small one keeps the bootstrap, the one
+    ring and the bisection below, which need no reserve.
     """
     run = _Runner(run_round, floor)
     ring_floor = floor if ring_floor is None else ring_floor
@@ -235,6 +250,12 @@ def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, 
                 pending.extend(x for x in (a, b) if x in tried)
                 if b in good_set:  # the partner was an admitted node: that failure counts
                     good_failures[a].add(b)
+
+    cleared_r1 = [n for n in batch if n in good_set]
+    if few_rounds_fit(len(batch), len(cleared_r1), len(pending), ring_size):
+        run.ring_floor = ring_floor
+        return _in_few_rounds(batch, admitted_l, run, list(pending), cleared_r1, failed_pairs, good_failures,
+                              min_good_failures, ring_size, floor, ring_floor)
 
     # ---- bootstrap: no known-good node at all -> re-pair suspects among themselves until one pair passes
     for _ in range(2):
@@ -293,7 +314,7 @@ def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, 
     anchors = admitted_l[:ring_anchors]
     if len(cleared) + len(anchors) >= 3:
         ring = arrange_ring(cleared + anchors, avoid)
-        run.floor = ring_floor
+        run.ring_floor = ring_floor
         if not run([ring])[0]:
             blamed, faults = _bisect(cleared, admitted_l, run, avoid, min_good_failures, bisect_min)
             quarantined.update({n: "ring-underperform" for n in blamed})
@@ -452,3 +473,116 @@ def _test_with_companions(terminal: list[Group], cleared: list[str], admitted: l
         usable.extend(x for x in pending if x in exonerated)
         pending = [p for p in pending if p not in exonerated and p not in blamed]
     return blamed
+
+
+def few_rounds_fit(n: int, cleared: int, suspects: int, ring_size: int = 4) -> bool:
+    """Whether the batch can take the few-rounds schedule after its first round of pairs.
+
+    Why these figures: each suspect borrows one cleared node as its partner in round 2, and in
+    round 3 every node still in doubt (suspects, their partners, the members of failing small
+    rings) needs a proven pair of companions of its own; six cleared nodes per suspect plus a
+    margin leave the small rings enough passing members for that even when several fail. Below
+    64 nodes the one ring and its bisection take few rounds anyway and need no reserve."""
+    return n >= 64 and cleared >= 6 * suspects + 4 * ring_size + 8
+
+
+def _in_few_rounds(batch: list[str], admitted: list[str], run: _Runner, suspects: list[str], cleared: list[str],
+                   failed_pairs: set[tuple[str, str]], good_failures: dict[str, set[str]], min_good_failures: int,
+                   ring_size: int, floor: float, ring_floor: float) -> IsolationResult:
+    """Round 1 (pairs) has run. Round 2: each suspect with a cleared partner of its own, the other
+    cleared nodes in small rings; round 3 on: every node still in doubt in a 3-node ring with a
+    proven pair of companions, until it passes once or fails with `min_good_failures` of them.
+
+    Why it ends in 4 rounds: a bad node fails round 1, its partner in round 2 (one count) and
+    its companions in round 3 (two); a ring-only node fails its small ring in round 2 (no count:
+    its ring-mates are not proven), then its companions in rounds 3 and 4. Every healthy node
+    passes a ring by round 3 unless a link to one of its companions is bad, and then round 4.
+    Why it never blames a healthy node: a count needs a partner proven good for what the group
+    tests (a pair partner that passed a pair; companions that passed a ring, joined by a link
+    that passed one), and a node never meets again anyone it failed beside, so one bad link
+    counts against it at most once. The small rings are laid from the second node of the first
+    pair on, so that, with round 1's pairs, they cross every link the one ring of the old
+    schedule crossed. A node that runs out of companions stays unresolved, never admitted untested.
+    """
+    fails = {x: len(good_failures.get(x, ())) for x in batch}
+    met: dict[str, set[str]] = {x: set(good_failures.get(x, ())) for x in batch}
+    pair_good = set(cleared) | set(admitted)  # passed a pair (or already in the pool)
+    proven = set(admitted)  # passed a ring with proven links, or already in the pool
+    edges: dict[tuple[str, str], None] = dict.fromkeys(_key(a, b) for a, b in zip(admitted[::2], admitted[1::2]))
+    quarantined: dict[str, str] = {}
+    unexplained: list[Group] = []
+
+    def failed(group: Group, counted: str | None) -> None:
+        for m in group:
+            if m in met:
+                met[m].update(o for o in group if o != m)
+        if counted is not None:
+            fails[counted] += 1
+            if fails[counted] >= min_good_failures:
+                quarantined[counted] = "ring-underperform" if counted in pair_good else "efa-pair-fail"
+
+    # ---- round 2: partners for the suspects from the end of the cleared list, small rings over the rest
+    lend = cleared[len(cleared) - len(suspects):] if suspects else []
+    rest = cleared[:len(cleared) - len(lend)]
+    rest = rest[1:] + rest[:1]
+    rings = [tuple(rest[i:i + ring_size]) for i in range(0, len(rest) - len(rest) % ring_size, ring_size)]
+    tail = rest[len(rest) - len(rest) % ring_size:] if len(rest) % ring_size else []
+    if tail and rings:
+        rings[-1] = rings[-1] + tuple(tail)
+    elif tail:
+        rings = [tuple(tail)] if len(tail) >= 3 else []
+    attribution = list(zip(suspects, lend))
+    oks = run(attribution + rings)
+    for (x, p), ok in zip(attribution, oks):
+        if ok:
+            pair_good.add(x)
+        else:
+            failed_pairs.add(_key(x, p))
+            failed((x, p), x)
+    failing_rings: list[Group] = []
+    for g, ok in zip(rings, oks[len(attribution):]):
+        if ok:
+            proven.update(g)
+            edges.update(dict.fromkeys(ring_edges(g)))
+        else:
+            failing_rings.append(g)
+            failed(g, None)
+
+    # ---- round 3 on: companions for every node not yet proven in a ring
+    todo = [x for x in batch if x not in proven and x not in quarantined]
+    while todo:
+        avoid = {p for p in failed_pairs if p[0] in pair_good and p[1] in pair_good}
+        todo.sort(key=lambda x: -fails[x])  # the nearest to a verdict first
+        used: set[str] = set()
+        groups: list[Group] = []
+        order = list(edges)
+        for x in todo:
+            pair = next((e for e in order if e[0] not in used and e[1] not in used and e[0] not in met[x]
+                         and e[1] not in met[x] and x not in e and _key(x, e[0]) not in avoid
+                         and _key(x, e[1]) not in avoid), None)
+            if pair is not None:
+                used.update((x, *pair))
+                groups.append((x, *pair))
+        if not groups:
+            break
+        for g, ok in zip(groups, run(groups)):
+            x = g[0]
+            if ok:
+                proven.add(x)
+                pair_good.add(x)
+                edges.update(dict.fromkeys(ring_edges(g)))
+            else:
+                failed(g, x)
+                if x not in quarantined:
+                    unexplained.append(g)
+        todo = [x for x in todo if x not in proven and x not in quarantined]
+
+    link_faults = sorted(p for p in failed_pairs if p[0] in pair_good and p[1] in pair_good
+                         and p[0] not in quarantined and p[1] not in quarantined)
+    ring_faults = [g for g in failing_rings if not set(g) & set(quarantined)]
+    ring_faults += [g for g in unexplained if g[0] in proven]  # a link from it to a companion, most likely
+    return IsolationResult(
+        good=tuple(n for n in batch if n in proven and n not in quarantined), quarantined=quarantined,
+        link_faults=tuple(link_faults), ring_faults=tuple(ring_faults),
+        unresolved=tuple(n for n in batch if n not in proven and n not in quarantined),
+        rounds=tuple(run.rounds), busbw=run.busbw, floor=floor, ring_floor=ring_floor)
