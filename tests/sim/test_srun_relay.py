@@ -98,6 +98,14 @@ def test_on_local_slurm_the_gates_runs_are_real_srun_jobs_slurm_placed_on_their_
         folder = root / ".gpufleet" / STACK / "srun-relay"
         for j in relayed:  # each step printed the simulator's output for its run, kept for the gates
             assert (folder / f"{j['JobName'].removeprefix('gpufleet-')}.out").read_text().strip()
+        smoke = [j for j in relayed if j["JobName"] == "gpufleet-acceptance-smoke"]
+        assert len(smoke) == 1 and smoke[0]["NumNodes"] == "2", relayed  # acceptance.smokeNodes
+        manifests = [p for p in (root / ".gpufleet" / STACK).rglob("manifest.json")
+                     if '"srun-relay"' in p.read_text()]
+        assert len(manifests) == 1, manifests  # the smoke stage's bundle is what srun printed
+        printed = (manifests[0].parent / "train-smoke.txt").read_text()
+        # the simulator's bytes, after whatever srun itself said (waiting for the resumed nodes, say)
+        assert printed.endswith((folder / "acceptance-smoke.out").read_text()) and '"gpufleet_smoke"' in printed
         nodes = sh(conf, "sinfo", "-h", "-N", "-o", "%N %t").split("\n")
         assert not any("resv" in n or "maint" in n for n in nodes), nodes  # reservations gone
     finally:

@@ -9,7 +9,8 @@ resumes them, runs `srun -w NODES -N<n> --ntasks-per-node=1` (CPUs only), and dr
 Rank 0 writes the simulator's bytes; every task exits with the simulator's exit code, so srun's
 status is the run's. Times stay the simulator's (the rollout's modelled timeline).
 
-Run as `python -m gpufleet.sim.srun_relay FILE CODE` (what each task executes).
+The smoke job likewise (`SrunSmokeCollector`): the simulator's `train_smoke` output through one srun
+over the smoke's nodes. Run as `python -m gpufleet.sim.srun_relay FILE CODE` (what each task executes).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+from gpufleet.gates import acceptance as A
 from gpufleet.gates.launch import LaunchSpec
 from gpufleet.pool.protocol import Launcher, LaunchResult
 from gpufleet.pool.slurm.hostlist import hostlist
+from gpufleet.rollout.smoke_stage import SMOKE, smoke_bundle
 
 
 class SrunRelayLauncher:
@@ -44,18 +47,45 @@ class SrunRelayLauncher:
     def run(self, specs: Sequence[LaunchSpec], timeout_s: float) -> list[LaunchResult]:
         if not specs:
             return []
-        if self.real is None:
-            raise RuntimeError("the srun relay has no Slurm launcher bound (gpufleet.rollout.wiring binds it)")
         simulated = self.sim.run(specs, timeout_s)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        relayed = []
-        for spec, result in zip(specs, simulated):
-            out = self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "-", spec.name) + ".out")
-            out.write_text(result.output, encoding="utf-8")
-            relayed.append(replace_argv(spec, self.relay_argv(spec, out, result.exit_code)))
-        real = self.real.run(relayed, timeout_s)
+        real = self.relay([(spec, r.output, r.exit_code) for spec, r in zip(specs, simulated)], timeout_s)
         return [replace(sim, exit_code=got.exit_code, output=got.output, command=spec.command_line)
                 for spec, sim, got in zip(specs, simulated, real)]
+
+    def relay(self, runs: Sequence[tuple[LaunchSpec, str, int]], timeout_s: float) -> list[LaunchResult]:
+        """Each (spec, the simulator's output, its exit code) as a real srun on the spec's nodes."""
+        if self.real is None:
+            raise RuntimeError("the srun relay has no Slurm launcher bound (gpufleet.rollout.wiring binds it)")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        relayed = []
+        for spec, output, code in runs:
+            out = self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "-", spec.name) + ".out")
+            out.write_text(output, encoding="utf-8")
+            relayed.append(replace_argv(spec, self.relay_argv(spec, out, code)))
+        return self.real.run(relayed, timeout_s)
+
+
+class SrunSmokeCollector:
+    """The simulator's acceptance collector, with the smoke job run as a real srun on its nodes
+    (one task per node, CPUs only) that prints the simulator's `train_smoke` output: its bundle is
+    the launcher's (`smoke_bundle`), srun's output and exit code, as on a real Slurm stack."""
+
+    TIMEOUT_S = 300.0  # the relay prints a file: minutes are Slurm's scheduling, not the job
+
+    def __init__(self, sim: Any, relay: SrunRelayLauncher) -> None:
+        self.sim, self.relay = sim, relay
+
+    def collect(self, stage: str, nodes: Sequence[str], pairs: Sequence[tuple[str, str]], out: Path) -> Path:
+        bundle = self.sim.collect(stage, nodes, pairs, out)
+        if stage != SMOKE:
+            return bundle
+        text = (bundle / A.TRAIN_SMOKE).read_text(encoding="utf-8")
+        spec = LaunchSpec(kind="slurm", name="acceptance-smoke", nodes=tuple(nodes), ranks=len(nodes), env={})
+        got, = self.relay.relay([(spec, text, 0)], self.TIMEOUT_S)
+        return smoke_bundle(out, got, "srun-relay")
+
+    def __getattr__(self, name: str) -> Any:  # seconds(), storage_mount: the simulator's
+        return getattr(self.sim, name)
 
 
 def replace_argv(spec: LaunchSpec, argv: tuple[str, ...]) -> LaunchSpec:
