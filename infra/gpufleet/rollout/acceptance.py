@@ -496,6 +496,12 @@ def stack_hooks(spec: ClusterSpec, plan: ClusterPlan, state_dir: Path, journal: 
         collector: AcceptanceCollector = SimAcceptanceCollector(spec.storage, plan.storage, sku, spec.acceptance,
                                                                 seed=spec.simulator.seed,
                                                                 faults=faults_from(spec.simulator.acceptance))
+        if spec.pool.type == "slurm" and wiring is not None:  # local-slurm: the smoke job through srun
+            from gpufleet.sim.srun_relay import SrunRelayLauncher, SrunSmokeCollector
+
+            relay = wiring.adapters.pool.launcher()
+            if isinstance(relay, SrunRelayLauncher):
+                collector = SrunSmokeCollector(collector, relay)
         on_hosts, smoke_unavailable, clients = False, None, None
     elif wiring is not None and wiring.acceptance is not None:
         pool = wiring.adapters.pool
