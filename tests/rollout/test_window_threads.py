@@ -39,6 +39,8 @@ class TimedCloud(FakeCloud):
     most_batches: int = 0  # the most distinct batches inside port calls at one moment
     rounds: int = 0
     most_rounds: int = 0
+    testing: Counter = field(default_factory=Counter)  # node -> rounds it is in right now
+    shared: int = 0  # a node in two rounds at once (they would measure each other)
     _count: threading.Lock = field(default_factory=threading.Lock)
 
     def _batch_in(self, batch: int, delta: int) -> None:
@@ -67,14 +69,18 @@ class TimedCloud(FakeCloud):
 
     def run(self, specs, timeout_s):
         batch = max(self.instances[n].batch for s in specs for n in s.nodes)  # the batch under test
+        nodes = [n for s in specs for n in s.nodes]
         with self._count:
             self.rounds += 1
             self.most_rounds = max(self.most_rounds, self.rounds)
+            self.shared += sum(1 for n in nodes if self.testing[n])
+            self.testing.update(nodes)
         try:
             return self._timed(batch, FakeCloud.run, self, specs, timeout_s)
         finally:
             with self._count:
                 self.rounds -= 1
+                self.testing.subtract(nodes)
 
 
 def faults() -> dict[str, Any]:
@@ -109,6 +115,7 @@ def test_real_ports_run_the_window_with_batches_in_flight_together_and_the_same_
     assert real_cloud.most_batches >= 3, real_cloud.most_batches
     assert 2 <= real_cloud.most_rounds <= WINDOW.fabric_tests  # rounds side by side, within the fabric budget
     assert real_cloud.provisioner_overlaps == 0  # still one provisioner call at a time (one `pulumi up`)
+    assert real_cloud.shared == 0  # an admitted partner is lent to one round at a time
     # the same admitted set, quarantines with their reasons, replacements, cloud calls, journal events
     assert pool_of(real_out) == pool_of(sim_out)
     assert {n.stage for n in real_out.state.nodes.values()} == {NodeStage.ADMITTED}
@@ -177,3 +184,38 @@ def test_killed_with_batches_in_flight_and_resumed_buys_nothing_twice(tmp_path, 
     assert sorted(cloud.ledger) == sorted(ref_cloud.ledger)
     assert Counter(slot for op, slot, _ in cloud.ledger if op == "launch") == \
         Counter(slot for op, slot, _ in ref_cloud.ledger if op == "launch")
+
+
+def test_the_real_executor_is_built_once_and_plays_service_hosts_one_configure_at_a_time():
+    from gpufleet.rollout.wiring import _FirstUseExecutor
+
+    class Executor:
+        def __init__(self, service_hosts):
+            self.service_hosts, self.now, self.most = service_hosts, 0, 0
+            self._count = threading.Lock()
+
+        def configure(self, instances):
+            with self._count:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            time.sleep(0.05)
+            with self._count:
+                self.now -= 1
+
+    def run(service_hosts):
+        built = []
+
+        def build():
+            built.append(Executor(service_hosts))
+            time.sleep(0.02)  # a second caller arrives while it is built
+            return built[-1]
+        port = _FirstUseExecutor(build)
+        threads = [threading.Thread(target=port.configure, args=([],)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return len(built), built[0].most
+
+    assert run(("slurm-controller",)) == (1, 1)  # the controller's play: one batch's configure at a time
+    assert run(()) == (1, 4)  # no shared host: batches configure side by side

@@ -15,7 +15,9 @@ Halting: the first instances of a batch failing above `maxFailureRate` (the cana
 This module is the loop: which batch runs, the stack-level hooks between batches, halting, spares
 and when the next batch is provisioned ahead. The stages of one batch are
 `gpufleet.rollout.batch_stages`, the events journaled are built in `gpufleet.rollout.events`, and
-the one worker thread (pipelining) is `gpufleet.rollout.provision_ahead`.
+one batch at a time's worker thread (pipelining) is `gpufleet.rollout.provision_ahead`; on a
+real (threaded) stack the window's batches in flight each run in a worker thread of
+`gpufleet.rollout.window_threads`, the same actions and events as on the simulator's ports.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Pipelining's one thread: the next batch provisioned in a worker while this batch is gated.
 
-Why here and nowhere else: this is the rollout's only concurrency. One provisioner call runs at a
+Why here: this is the concurrency of a rollout that works one batch at a time (the window's
+worker threads, one per batch in flight, are `gpufleet.rollout.window_threads`). One provisioner call runs at a
 time (two `pulumi up` on one stack collide), so every other provisioner call joins the worker
 first, and what the worker bought is journaled on join (a halt never forgets instances it bought).
 """
