@@ -100,8 +100,9 @@ def isolation_vs_all_pairs(n: int, bad: int, links: int, seed: int = 11) -> dict
 FAULT_MIXES = ("bad nodes", "bad links", "one node, several bad links", "ring-only nodes", "bad nodes beside bad links")
 
 
-def isolation_trial(n: int, rng: random.Random) -> tuple[str, int, int, int]:
-    """One random fault mix over n nodes (k <= 1% faults): (mix, rounds, healthy quarantined, faulty missed).
+def isolation_trial(n: int, rng: random.Random, few_rounds: bool = True) -> tuple[str, int, int, int, int]:
+    """One random fault mix over n nodes (k <= 1% faults): (mix, rounds, healthy quarantined, faulty
+    missed, runs). few_rounds=False: the one ring and its bisection for any batch (the old schedule).
 
     The fabric: a group containing a bad node, or whose ring crosses a bad link, runs slow; a
     ring-only node is fine in pairs and slows any ring of three or more (a fault pairs never show)."""
@@ -133,34 +134,45 @@ def isolation_trial(n: int, rng: random.Random) -> tuple[str, int, int, int]:
             out.append(120.0 if slow else 400.0)
         return out
 
-    r = isolate(nodes, ["a0", "a1"], fabric, 330.0)
+    r = isolate(nodes, ["a0", "a1"], fabric, 330.0, few_rounds=few_rounds)
     faulty = bad | ring_only
-    return mix, len(r.rounds), len(set(r.quarantined) - faulty), len(faulty - set(r.quarantined))
+    return mix, len(r.rounds), len(set(r.quarantined) - faulty), len(faulty - set(r.quarantined)), r.runs
 
 
-def isolation_trials(n: int, trials: int, seed: int = 21) -> dict[str, dict[str, float]]:
+def isolation_trials(n: int, trials: int, seed: int = 21, few_rounds: bool = True) -> dict[str, dict[str, float]]:
+    """Per fault mix over the same seeded trials: max/mean rounds, false quarantines, missed, mean runs."""
     rng = random.Random(seed)
-    by: dict[str, list[tuple[int, int, int]]] = {m: [] for m in FAULT_MIXES}
+    by: dict[str, list[tuple[int, int, int, int]]] = {m: [] for m in FAULT_MIXES}
     for _ in range(trials):
-        mix, rounds, false, missed = isolation_trial(n, rng)
-        by[mix].append((rounds, false, missed))
+        mix, rounds, false, missed, runs = isolation_trial(n, rng, few_rounds)
+        by[mix].append((rounds, false, missed, runs))
     return {m: {"trials": len(v), "max_rounds": max((x[0] for x in v), default=0),
                 "mean_rounds": statistics.mean(x[0] for x in v) if v else 0.0,
-                "false": sum(x[1] for x in v), "missed": sum(x[2] for x in v)} for m, v in by.items()}
+                "false": sum(x[1] for x in v), "missed": sum(x[2] for x in v),
+                "mean_runs": statistics.mean(x[3] for x in v) if v else 0.0} for m, v in by.items()}
 
 
 def print_isolation_trials(n: int, trials: int) -> None:
+    """The schedule isolate() picks (few rounds where the batch can lend partners) beside the old
+    one ring and its bisection, over the same trials (same seed): rounds, runs, false quarantines."""
     t = timed(lambda: isolation_trials(n, trials))
+    old = timed(lambda: isolation_trials(n, trials, few_rounds=False))
     counted(f"isolation at scale: {trials} random trials over {n} nodes, k <= 1% faults each (rounds: parallel "
-            f"rounds of disjoint groups; goal <= 4 rounds, 0 healthy nodes quarantined); {t.wall()}")
-    counted(f"{'fault mix':<28} {'trials':>6} {'max rounds':>10} {'mean':>6} {'false quar.':>11} {'missed':>6}")
+            f"rounds of disjoint groups; goal <= 4 rounds, 0 healthy nodes quarantined); {t.wall()} "
+            f"(old schedule {old.wall()})")
+    counted(f"{'fault mix':<28} {'trials':>6} {'max rounds':>10} {'mean':>6} {'false quar.':>11} {'missed':>6} "
+            f"{'mean runs':>9} | {'old: max rounds':>15} {'mean':>5} {'false':>5} {'missed':>6} {'mean runs':>9}")
     for mix, f in t.result.items():
+        o = old.result[mix]
         counted(f"{mix:<28} {f['trials']:>6} {f['max_rounds']:>10} {f['mean_rounds']:>6.1f} {f['false']:>11} "
-                f"{f['missed']:>6}")
+                f"{f['missed']:>6} {f['mean_runs']:>9.0f} | {o['max_rounds']:>15} {o['mean_rounds']:>5.1f} "
+                f"{o['false']:>5} {o['missed']:>6} {o['mean_runs']:>9.0f}")
     worst = max(f["max_rounds"] for f in t.result.values())
     false = sum(f["false"] for f in t.result.values())
-    counted(f"goal <= 4 rounds: {'met' if worst <= 4 else 'MISSED'} (worst {worst}); 0 false quarantines: "
-            f"{'met' if false == 0 else 'MISSED'} ({false})")
+    missed = sum(f["missed"] for f in t.result.values())
+    counted(f"goal <= 4 rounds: {'met' if worst <= 4 else 'MISSED'} (worst {worst}; old schedule "
+            f"{max(f['max_rounds'] for f in old.result.values())}); 0 false quarantines: "
+            f"{'met' if false == 0 else 'MISSED'} ({false}); missed faults: {missed}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -204,7 +204,7 @@ def split_ring(group: Sequence[str], avoid: set[tuple[str, str]]) -> tuple[Group
 
 def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, floor: float,
             ring_floor: float | None = None, ring_anchors: int = 2, min_good_failures: int = 2,
-            bisect_min: int = 6, ring_size: int = 4) -> IsolationResult:
+            bisect_min: int = 6, ring_size: int = 4, few_rounds: bool = True) -> IsolationResult:
     """Attribute multi-node failures to nodes or links. Pure apart from the `run_round` callback.
 
     batch: nodes under test (preflight passed); admitted: nodes already in the pool (known good).
@@ -212,7 +212,8 @@ def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, 
     After the first round of pairs, a batch with enough cleared nodes to lend every suspect its
     partners (`few_rounds_fit`) takes the few-rounds schedule (`_in_few_rounds`: small rings of
     `ring_size` instead of one ring and its bisection); a small one keeps the bootstrap, the one
-    ring and the bisection below, which need no reserve.
+    ring and the bisection below, which need no reserve. few_rounds=False keeps the latter for
+    any batch (the bench prints both schedules side by side).
     """
     run = _Runner(run_round, floor)
     ring_floor = floor if ring_floor is None else ring_floor
@@ -252,7 +253,7 @@ def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, 
                     good_failures[a].add(b)
 
     cleared_r1 = [n for n in batch if n in good_set]
-    if few_rounds_fit(len(batch), len(cleared_r1), len(pending), ring_size):
+    if few_rounds and few_rounds_fit(len(batch), len(cleared_r1), len(pending), ring_size):
         run.ring_floor = ring_floor
         return _in_few_rounds(batch, admitted_l, run, list(pending), cleared_r1, failed_pairs, good_failures,
                               min_good_failures, ring_size, floor, ring_floor)
