@@ -1,6 +1,6 @@
 """The gates' runs on local-slurm as real srun steps printing the simulator's output
 (`gpufleet.sim.srun_relay`): the relay's task, its command line, and a rollout on a real local Slurm
-whose pair tests slurmctld placed and ran."""
+whose gate runs and smoke job slurmctld placed and ran, a slow link still found by the gates."""
 
 from __future__ import annotations
 
@@ -81,12 +81,14 @@ def test_on_local_slurm_the_gates_runs_are_real_srun_jobs_slurm_placed_on_their_
     ensure_slurm()
     short = Path(tempfile.mkdtemp(prefix="gfr", dir="/tmp"))  # slurmstepd's socket paths stay under 108 bytes
     root = make_project(short / "p")
-    (root / "stacks" / f"Pulumi.{STACK}.yaml").write_text(STACK_FILE)
+    (root / "stacks" / f"Pulumi.{STACK}.yaml").write_text(STACK_FILE + "    badLinks: 1\n")  # a slow link
     try:
         assert (up := gpufleet(root, "pool", "up", "-s", STACK)).exit_code == 0, up.output
         conf = next((root / ".gpufleet" / STACK / "slurm").rglob("slurm.conf"))
         rolled = gpufleet(root, "rollout", "-s", STACK)
         assert rolled.exit_code == 0, rolled.output
+        # the real gates judged what srun printed: the simulator's slow link is found between its two nodes
+        assert re.search(r"link fault \S+ <-> \S+ \(escalate; both nodes admitted\)", rolled.output), rolled.output
         jobs = [dict(re.findall(r"(\w+)=(\S+)", line)) for line in sh(conf, "scontrol", "-o", "show", "job").splitlines()]
         relayed = [j for j in jobs if j.get("JobName", "").startswith("gpufleet-")]
         assert relayed, jobs
