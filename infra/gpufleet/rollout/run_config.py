@@ -25,7 +25,7 @@ class Adapters:
 class Options:
     until_batch: int | None = None
     pipelining: bool = True
-    threaded: bool = False  # provision the next batch in a worker thread (real adapters)
+    threaded: bool = False  # real adapters: port calls in worker threads (provision ahead, the window's batches)
     capacity_retries: int = 2  # extra provision requests for slots the provider could not fill
     launch_timeout_s: float = 1800.0
     replace_action: str = "stop-and-report"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @dataclass
 class Wiring:
     adapters: Adapters
-    threaded: bool  # real adapters provision ahead in a worker thread; the simulator models it
+    threaded: bool  # real adapters: port calls in worker threads (gpufleet.rollout.window_threads); the simulator models it
     simulator: Any | None = None  # gpufleet.sim.cloud.SimulatedCloud (its ledger and ground truth)
     # a real stack's storage and network base checks (acceptance.yml through the executor); the
     # simulator's stages keep gpufleet.sim.acceptance's collector (gpufleet.rollout.acceptance.stack_hooks)
