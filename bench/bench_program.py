@@ -22,7 +22,7 @@ from _measure import measured, peak_traced, timed  # noqa: E402
 from gpufleet.program.capture import capture_program  # noqa: E402
 from gpufleet.spec import load_stack  # noqa: E402
 
-ALL = 10**6
+ALL = 100_000  # every batch: rollout.targetBatch's ceiling in the spec
 
 
 def scaled_spec(stack: str, gpus: int | None = None):

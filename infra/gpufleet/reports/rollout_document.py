@@ -93,8 +93,10 @@ def time_to_pool(t: Mapping[str, Any], sched: str) -> str:
     w = t["window"]
     fabric = "n/a: the fabric budget is a chosen setting" if t.get("bound_fabric_s") is None else \
         duration(t["bound_fabric_s"])
+    # a rollout that halted before any batch ran (an acceptance stage failed) has no bound yet
+    ratio = f"{t['windowed_s'] / t['lower_bound_s']:.2f}x" if t["lower_bound_s"] else "no ratio to"
     return (f"{duration(t['windowed_s'])} with up to {w['batches']} batches in flight after the canary and "
-            f"{w['fabric_tests']} concurrent fabric tests ({t['windowed_s'] / t['lower_bound_s']:.2f}x the lower "
+            f"{w['fabric_tests']} concurrent fabric tests ({ratio} the lower "
             f"bound {duration(t['lower_bound_s'])}, bound ({t['binds']}) binds: (a) acceptance stages + the canary's "
             f"path + the longest other batch's path = {duration(t['bound_paths_s'])}; (b) acceptance stages + the "
             f"canary's path + every other batch's multi-node test time / {w['fabric_tests']} = {fabric}); "

@@ -251,7 +251,7 @@ def _summary(rep, modelled: bool) -> str:
         fabric = "n/a" if t.get("bound_fabric_s") is None else f"{t['bound_fabric_s']:.0f} s"
         lines.append(f"  time-to-pool ({kind}): {t['windowed_s']:.0f} s with up to {w['batches']} batches in flight "
                      f"and {w['fabric_tests']} concurrent fabric tests; lower bound {t['lower_bound_s']:.0f} s "
-                     f"({t['windowed_s'] / t['lower_bound_s']:.2f}x; ({t['binds']}) binds: (a) paths "
+                     f"({_ratio(t)}; ({t['binds']}) binds: (a) paths "
                      f"{t['bound_paths_s']:.0f} s, (b) fabric {fabric}); one batch at a time: pipelined "
                      f"{t['pipelined_s']:.0f} s, sequential {t['sequential_s']:.0f} s; wall {rep.wall_seconds:.1f} s")
     else:
@@ -259,6 +259,11 @@ def _summary(rep, modelled: bool) -> str:
                      f"(sequential {t['sequential_s']:.0f} s, pipelined {t['pipelined_s']:.0f} s, "
                      f"lower bound {t['lower_bound_s']:.0f} s); wall {rep.wall_seconds:.1f} s")
     return "\n".join(lines)
+
+
+def _ratio(t) -> str:
+    """Modelled over bound; a rollout that halted before any batch ran has a bound of 0 and no ratio."""
+    return f"{t['windowed_s'] / t['lower_bound_s']:.2f}x" if t["lower_bound_s"] else "no ratio: nothing ran"
 
 
 def _dry_run(plan, state, location: str) -> None:
