@@ -35,6 +35,7 @@ class TimedCloud(FakeCloud):
     batches are inside a port call at once and how many rounds run together."""
 
     pause: float = 0.03
+    round_pause: float = 0.1  # a multi-node round lasts longer: rounds of batches in flight meet
     inside: Counter = field(default_factory=Counter)  # batch -> port calls in progress
     most_batches: int = 0  # the most distinct batches inside port calls at one moment
     rounds: int = 0
@@ -50,10 +51,10 @@ class TimedCloud(FakeCloud):
                 del self.inside[batch]
             self.most_batches = max(self.most_batches, len(self.inside))
 
-    def _timed(self, batch: int, call: Any, *args: Any) -> Any:
+    def _timed(self, batch: int, call: Any, *args: Any, pause: float | None = None) -> Any:
         self._batch_in(batch, 1)
         try:
-            time.sleep(self.pause)
+            time.sleep(self.pause if pause is None else pause)
             return call(*args)
         finally:
             self._batch_in(batch, -1)
@@ -76,7 +77,7 @@ class TimedCloud(FakeCloud):
             self.shared += sum(1 for n in nodes if self.testing[n])
             self.testing.update(nodes)
         try:
-            return self._timed(batch, FakeCloud.run, self, specs, timeout_s)
+            return self._timed(batch, FakeCloud.run, self, specs, timeout_s, pause=self.round_pause)
         finally:
             with self._count:
                 self.rounds -= 1
