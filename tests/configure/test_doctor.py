@@ -39,6 +39,15 @@ GOOD_U = dict(
     limits_memlock="*    soft    memlock    unlimited\n*    hard    memlock    unlimited\n",
     slurmd_memlock="infinity\n",
 )
+# `containerd config dump` prints the merged TOML (containerd 1.7, version 2 schema); these are its CRI lines
+DUMP_OK = ('version = 2\n[plugins]\n  [plugins."io.containerd.grpc.v1.cri"]\n    enable_cdi = true\n'
+           '    [plugins."io.containerd.grpc.v1.cri".containerd]\n      default_runtime_name = "nvidia"\n'
+           '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n'
+           '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+           '          runtime_type = "io.containerd.runc.v2"\n'
+           '          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+           '            SystemdCgroup = true\n')
+GOOD_U["containerd_config"] = DUMP_OK
 
 
 def _checks(diffs: list[d.Difference]) -> set[str]:
@@ -55,6 +64,8 @@ def test_a_node_as_the_roles_leave_it_has_no_differences_beyond_versions():
     ({"fstab_units": "network.service: not found\n"}, "fstab.requires"),     # F11
     ({"limits_memlock": ""}, "memlock.pam"),
     ({"slurmd_memlock": "8388608\n"}, "memlock.slurmd"),                      # M7
+    ({"containerd_config": DUMP_OK.replace("SystemdCgroup = true", "SystemdCgroup = false")},
+     "containerd.runc_cgroup"),                                                # M4
 ])
 def test_each_difference_a_reviewer_looks_for_is_named(broken, check):
     assert _checks(d.findings(_node(UBUNTU, **(GOOD_U | broken)), load_bom(), "slurm")) == {check}

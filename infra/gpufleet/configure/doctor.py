@@ -11,12 +11,15 @@ Each check names where its rule comes from:
   back to sockets silently);
 - kernel hold: the running kernel's packages are held/locked (F12);
 - fstab units: every unit a Lustre fstab entry requires exists (F11: network.service did not);
-- memlock: unlimited in limits.d and for slurmd on Slurm nodes (M7).
+- memlock: unlimited in limits.d and for slurmd on Slurm nodes (M7);
+- containerd: the merged configuration (`containerd config dump`) keeps runc on the systemd cgroup
+  driver (M4: a drop-in's CRI table replaced config.toml's in containerd 1.7).
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +43,7 @@ CHECK_COMMANDS: dict[str, str] = {
         "else echo \"$u: not found\"; fi; done"),
     "limits_memlock": "grep -hE '^[^#]*memlock' /etc/security/limits.d/*.conf 2>/dev/null || true",
     "slurmd_memlock": "systemctl show slurmd -p LimitMEMLOCK --value 2>/dev/null || true",
+    "containerd_config": "containerd config dump",
 }
 
 
@@ -121,6 +125,24 @@ def memlock_differences(collected: Mapping[str, Any], pool: str | None) -> list[
     return out
 
 
+def containerd_differences(collected: Mapping[str, Any]) -> list[Difference]:
+    entry = collected.get("containerd_config") or {}
+    if entry.get("exit_code") != 0:
+        return []  # no containerd: the version check already says so
+    try:
+        config = tomllib.loads(str(entry.get("output") or ""))
+    except tomllib.TOMLDecodeError as exc:
+        return [Difference("containerd.runc_cgroup", "a readable `containerd config dump`", f"unreadable: {exc}",
+                           "node-config-review M4")]
+    runc = (config.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("containerd", {})
+            .get("runtimes", {}).get("runc", {}).get("options", {}))
+    if runc.get("SystemdCgroup") is True:
+        return []
+    return [Difference("containerd.runc_cgroup", "runc SystemdCgroup = true in containerd's merged config",
+                       f"SystemdCgroup = {runc.get('SystemdCgroup', 'unset')}",
+                       "node-config-review M4; containerd 1.7 mergeConfig")]
+
+
 def findings(collected: Mapping[str, Any], bom: "Bom", pool: str | None) -> list[Difference]:
     """Every difference between the node (doctor.json) and what the BOM and the roles say."""
     os = versions.node_os(_out(collected, "os_release"))
@@ -132,7 +154,7 @@ def findings(collected: Mapping[str, Any], bom: "Bom", pool: str | None) -> list
     family = "RedHat" if os.startswith("al") else "Debian"
     return (version_differences(collected, bom, os, pool) + loader_differences(collected)
             + kernel_hold_differences(collected, family) + fstab_differences(collected)
-            + memlock_differences(collected, pool))
+            + memlock_differences(collected, pool) + containerd_differences(collected))
 
 
 def doctor_commands(pool: str | None) -> list[dict[str, str]]:
