@@ -171,3 +171,47 @@ def test_the_budget_follows_the_plan_and_rounds_respect_it():
         for part, cap in budget.items():
             assert sum(partition_of[s] == part for s in r) <= cap
     assert len(rounds) == max(-(-sum(v == p for v in partition_of.values()) // budget[p]) for p in budget)
+
+
+def test_held_rounds_leave_a_preempted_node_and_an_unheld_one_to_the_job_with_no_verdict(fleet):
+    """A pool that runs the recheck as its lowest-priority job (Slurm's patrol QOS, proven on real
+    Slurm in tests/pool/test_slurm_patrol_real.py) answers which nodes it held and which a real job
+    preempted. Both kinds, even with an Xid on them, are yielded: never judged, never quarantined,
+    not marked as patrolled; every hold is released, the journal says which were preempted."""
+    first, refused, preempted = admitted(fleet)[:3]
+    for slot in (refused, preempted):
+        assert gpufleet(fleet, "sim", "fault", "-s", STACK, "--slot", slot, "--kind", "xid-48").exit_code == 0
+
+    class Holds:
+        def __init__(self):
+            self.live: dict[str, str] = {}
+            self.released: list[str] = []
+
+        def hold(self, partitions):
+            got = {s: f"job-{s}" for s in partitions if s != refused}  # a job took `refused` first
+            self.live.update(got)
+            return got
+
+        def lost(self, holds):
+            return sorted(s for s in holds if s == preempted)
+
+        def release(self, holds):
+            self.released += sorted(holds)
+            for s in holds:
+                self.live.pop(s)
+
+    holds = Holds()
+    with open_day_two(STACK, "patrol", project=load_project(fleet)) as d:
+        d.pool.patrol_holds = lambda: holds
+        outcome = run_patrol(d, collector_for(d))
+    assert outcome.held and holds.live == {} and first in holds.released and preempted in holds.released
+    assert outcome.preempted == [preempted] and {refused, preempted} <= set(outcome.yielded)
+    checked = {r.slot for r in outcome.checked}
+    assert first in checked and not {refused, preempted} & checked
+    assert outcome.quarantined == {} and not {refused, preempted} & set(outcome.unreachable)
+    nodes = pool_doc(fleet)["nodes"]
+    assert nodes[refused]["state"] == nodes[preempted]["state"] == "admitted"
+    last = json.loads((state_dir(fleet) / "patrol" / "last.json").read_text())
+    assert first in last and refused not in last and preempted not in last  # rechecked by the next patrol
+    (event,) = [e for e in daytwo_events(fleet) if e["type"] == "patrol"]
+    assert event["held"] is True and event["preempted"] == [preempted] and event["failed"] == {}

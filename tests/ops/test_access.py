@@ -71,9 +71,12 @@ def test_slurm_accounts_qos_capped_at_the_partition_quota_and_allow_accounts() -
     text = [shlex.join(c) for c in cmds]
     assert "sacctmgr -i add qos vision-debug GrpTRES=gres/gpu=40 'Description=team vision on partition debug'" in text
     assert any(t.startswith("sacctmgr -i add account speech Cluster=local") and "QOS=speech-train" in t for t in text)
-    assert sum(t.startswith("sacctmgr -i add user") for t in text) == 2
+    # the two members, and root in the patrol's account (its holds: `pool.slurm.patrol_hold`)
+    assert sum(t.startswith("sacctmgr -i add user") for t in text) == 3
+    assert "sacctmgr -i add user root Account=gpufleet-patrol Cluster=local" in text
     assert acc.allow_accounts(TENANTS, ["train", "sim", "debug"]) == {
-        "train": "root,speech,vision", "sim": "root", "debug": "root,vision"}
+        "train": "root,gpufleet-patrol,speech,vision", "sim": "root,gpufleet-patrol",
+        "debug": "root,gpufleet-patrol,vision"}
 
 
 def test_a_tenant_naming_an_unknown_partition_is_a_config_error() -> None:
@@ -94,7 +97,7 @@ def test_the_command_writes_the_slurm_files_for_a_stack_with_tenants(tmp_path: P
     stack.write_text(yaml.safe_dump(doc))
     out = CliRunner().invoke(main, ["--project", str(project), "ops", "access", "-s", "crash40", "--out", str(tmp_path / "a")])
     assert out.exit_code == 0, out.output
-    assert json.loads((tmp_path / "a" / "allow-accounts.json").read_text())[parts[0]] == "root,vision"
+    assert json.loads((tmp_path / "a" / "allow-accounts.json").read_text())[parts[0]] == "root,gpufleet-patrol,vision"
     assert "add user ana Account=vision" in (tmp_path / "a" / "sacctmgr.sh").read_text()
     doc["config"]["gpufleet:ops"] = {"tenants": [{"name": "vision", "partitions": ["nope"]}]}
     stack.write_text(yaml.safe_dump(doc))
@@ -116,7 +119,8 @@ def test_access_changes_run_only_what_slurmdbd_lacks() -> None:
     assert ["sacctmgr", "-i", "add", "qos", "part-debug", "GrpTRES=gres/gpu=40",
             "Description=partition debug: every account's jobs together"] in everything
     # what sacctmgr -n -P prints once the script ran, one limit edited by hand and one user gone
-    qos = "\n".join(f"{q.name}|gres/gpu={q.gpus if q.name != 'part-sim' else 8}" for q in want.qos) + "\nnormal|\n"
+    qos = "\n".join(f"{q.name}|{'' if q.gpus is None else f'gres/gpu={q.gpus}'}|"
+                    f"{q.priority}|{','.join(q.preempt)}" for q in want.qos).replace("part-sim|gres/gpu=200", "part-sim|gres/gpu=8")
     assocs = "\n".join([f"{a.name}||{','.join(reversed(a.qos))}|{a.default_qos}" for a in want.accounts]
                        + [f"{a}|{u}||" for u, a in want.users[1:]] + ["root||normal|normal", "root|root|normal|"])
     have = parse_existing("local\n", qos, assocs)
@@ -131,7 +135,8 @@ def test_access_changes_run_only_what_slurmdbd_lacks() -> None:
 
 def test_allow_qos_binds_each_partition_to_its_teams_qos() -> None:
     assert acc.partition_allow_qos(TENANTS, ["train", "sim", "debug"]) == {
-        "train": "normal,speech-train,vision-train", "sim": "normal", "debug": "normal,vision-debug"}
+        "train": "normal,gpufleet-patrol,speech-train,vision-train", "sim": "normal,gpufleet-patrol",
+        "debug": "normal,gpufleet-patrol,vision-debug"}
     assert acc.default_qos(TENANTS)[("vision", "debug")] == "vision-debug"
 
 
@@ -152,20 +157,25 @@ def test_with_preemption_a_team_qos_preempts_only_its_partitions_lower_teams() -
             "Description=partition debug: every account's jobs together"] in cmds
     add_urgent = ["sacctmgr", "-i", "add", "qos", "urgent-debug", "GrpTRES=gres/gpu=10",
                   "Description=team urgent on partition debug", "Priority=10"]
-    preempt = ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=bulk-debug"]
+    preempt = ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set",
+               "Preempt=bulk-debug,gpufleet-patrol"]
     assert cmds.index(add_urgent) < cmds.index(preempt)  # every QOS exists before a Preempt= names it
     assert acc.sacctmgr_commands(teams, quotas, "local") == acc.sacctmgr_commands(teams, quotas, "local", False)
-    assert not any("Preempt=" in " ".join(c) or "Priority=" in " ".join(c)
-                   for c in acc.sacctmgr_commands(teams, quotas, "local"))
+    # without preemption no priorities, and every QOS (root's normal too) preempts the patrol's holds only
+    off = [" ".join(c) for c in acc.sacctmgr_commands(teams, quotas, "local")]
+    assert not any("Priority=" in c for c in off)
+    assert sorted(c.split("name=")[1] for c in off if "Preempt" in c) == [
+        f"{n} set Preempt=gpufleet-patrol" for n in ("bulk-debug", "bulk-train", "normal", "ops-debug", "urgent-debug")]
     # read back as `sacctmgr -n -P show qos format=name,grptres,priority,preempt` prints it
     want = acc.slurm_access(teams, quotas, "local", preemption=True)
     qos = "\n".join(f"{q.name}|{'' if q.gpus is None else f'gres/gpu={q.gpus}'}|{q.priority}|{','.join(q.preempt)}"
                     for q in want.qos)
-    assocs = "\n".join(f"{a.name}||{','.join(a.qos)}|{a.default_qos}" for a in want.accounts)
+    assocs = "\n".join([f"{a.name}||{','.join(a.qos)}|{a.default_qos}" for a in want.accounts]
+                       + [f"{a}|{u}||" for u, a in want.users])
     assert acc.access_changes(want, parse_existing("local\n", qos, assocs)) == []
-    edited = qos.replace("urgent-debug|gres/gpu=10|10|bulk-debug", "urgent-debug|gres/gpu=10|3|").replace(
+    edited = qos.replace("urgent-debug|gres/gpu=10|10|bulk-debug,gpufleet-patrol", "urgent-debug|gres/gpu=10|3|").replace(
         "part-train||0|", "part-train|gres/gpu=640|0|")
     assert acc.access_changes(want, parse_existing("local\n", edited, assocs)) == [
         ["sacctmgr", "-i", "modify", "qos", "where", "name=part-train", "set", "GrpTRES=gres/gpu=-1"],
         ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Priority=10"],
-        ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=bulk-debug"]]
+        ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=bulk-debug,gpufleet-patrol"]]

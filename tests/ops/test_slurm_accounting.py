@@ -178,7 +178,7 @@ def test_an_account_without_access_to_a_partition_is_refused(accounting: tuple[d
 
     conf = Path(env["SLURM_CONF"]).read_text()
     assert "EnforcePartLimits=ALL" in conf and "AccountingStorageEnforce=associations,limits,qos" in conf
-    assert "AllowAccounts=root,vision " in conf and "AllowAccounts=root,speech " in conf
+    assert "AllowAccounts=root,gpufleet-patrol,vision " in conf and "AllowAccounts=root,gpufleet-patrol,speech " in conf
     qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres"], env=env,
                          capture_output=True, text=True, timeout=60).stdout
     assert "vision-train|gres/gpu=8" in qos
@@ -187,7 +187,7 @@ def test_an_account_without_access_to_a_partition_is_refused(accounting: tuple[d
     assert refused.returncode != 0, refused.stdout
     assert "Invalid account or account/partition combination" in refused.stderr, refused.stderr
     # refused by the partition's AllowAccounts (the association exists: speech may use debug)
-    assert "not permitted to use this partition (train allows root,vision not speech)" in ctld_log.read_text()
+    assert "not permitted to use this partition (train allows root,gpufleet-patrol,vision not speech)" in ctld_log.read_text()
     not_member = sbatch("vision", "train")
     assert not_member.returncode != 0, not_member.stdout
     accepted = sbatch("speech", "debug")

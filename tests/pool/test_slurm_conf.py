@@ -174,8 +174,8 @@ def test_partitions_allow_their_tenants_accounts_and_accounting_enforces_them():
     spec = _with_ops(small_spec(), tenants=TEAMS, slurmAccounting=True)
     conf = generate(spec, build_plan(spec), REAL, "24.11.6").slurm_conf
     parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
-    assert "AllowAccounts=root,speech,vision " in parts["train"]
-    assert "AllowAccounts=root,speech " in parts["debug"]
+    assert "AllowAccounts=root,gpufleet-patrol,speech,vision " in parts["train"]  # the patrol's holds too
+    assert "AllowAccounts=root,gpufleet-patrol,speech " in parts["debug"]
     assert _lines(conf, "EnforcePartLimits") == ["EnforcePartLimits=ALL"]
     assert _lines(conf, "AccountingStorageEnforce") == ["AccountingStorageEnforce=associations,limits,qos"]
     assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
@@ -237,7 +237,13 @@ def test_preemption_is_by_the_teams_qos_only_where_the_stack_asks_for_it():
     assert _lines(conf, "PreemptMode") == ["PreemptMode=REQUEUE"]
     assert _lines(conf, "PriorityWeightQOS") == ["PriorityWeightQOS=10000"]
     off = _with_ops(small_spec(), tenants=teams, slurmAccounting=True)
-    assert "Preempt" not in generate(off, build_plan(off), REAL, "24.11.6").slurm_conf
+    # off: preempt/qos only for the patrol's holds (the one QOS any Preempt= names), which it cancels
+    conf = generate(off, build_plan(off), REAL, "24.11.6").slurm_conf
+    assert [ln for ln in conf.splitlines() if ln.startswith("Preempt")] == ["PreemptType=preempt/qos", "PreemptMode=CANCEL"]
+    assert "Priority" not in conf.split("PartitionName")[0]
+    # without accounting there is no QOS to preempt by: nothing
+    bare = small_spec()
+    assert "Preempt" not in generate(bare, build_plan(bare), REAL, "24.11.6").slurm_conf
     # nothing to preempt between: every team of one priority, or no teams at all
     same = _with_ops(small_spec(preemption="cancel"), tenants=[{"name": "bulk", "partitions": ["debug"]}],
                      slurmAccounting=True)
@@ -271,3 +277,19 @@ def test_a_real_head_node_gets_partition_qos_that_the_accounting_role_creates_be
     assert "slurm_started_by_accounting" in run["ansible.builtin.systemd_service"]["state"]
     assert run["vars"]["slurm_started_by_accounting"] == (
         "{{ slurm_role == 'controller' and slurm_accounting_cluster | default('') | length > 0 }}")
+
+
+def test_the_patrols_holds_are_let_in_with_accounting_only():
+    """Issue 22 item 6: the patrol QOS (Priority 0, preempted by every other QOS) is allowed on every
+    partition, and job_submit.lua lets its one-node holds past the whole-unit rule; without
+    accounting no QOS is enforced, so no job may pass the rule by naming it."""
+    spec = _with_ops(small_spec(), tenants=TEAMS, slurmAccounting=True)
+    cfg = generate(spec, build_plan(spec), REAL, "24.11.6")
+    parts = _lines(cfg.slurm_conf, "PartitionName")
+    assert parts and all("AllowQos=normal,gpufleet-patrol" in ln for ln in parts), parts
+    lua = cfg.files()["job_submit.lua"]
+    assert 'local PATROL_QOS = "gpufleet-patrol"' in lua
+    assert lua.index("job.qos == PATROL_QOS") < lua.index("for name in string.gmatch(partition")
+    bare = small_spec()
+    lua = generate(bare, build_plan(bare), REAL, "24.11.6").files()["job_submit.lua"]
+    assert "local PATROL_QOS = nil" in lua

@@ -81,7 +81,9 @@ def test_a_higher_teams_unit_preempts_a_lower_teams_job_and_equals_wait(cluster:
     conf = (c.slurm.root / "etc" / "slurm.conf").read_text()
     assert "PreemptType=preempt/qos" in conf and "PreemptMode=REQUEUE" in conf, conf
     qos = c.sh("sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres,priority,preempt").splitlines()
-    assert "urgent-debug|gres/gpu=40|10|bulk-debug" in qos and "bulk-debug|gres/gpu=40|0|" in qos, qos
+    # every team QOS preempts the patrol's holds too (gpufleet.pool.slurm.patrol_hold)
+    assert "urgent-debug|gres/gpu=40|10|bulk-debug,gpufleet-patrol" in qos, qos
+    assert "bulk-debug|gres/gpu=40|0|gpufleet-patrol" in qos, qos
     # debug's quota is its whole block: no QOS limit of its own, or a wait for nodes would be a wait
     # on the QOS (QOSGrpGRES), which Slurm never preempts for (seen here before this was so)
     assert "part-debug||0|" in qos, qos
@@ -111,16 +113,16 @@ def test_a_higher_teams_unit_preempts_a_lower_teams_job_and_equals_wait(cluster:
 
 
 def test_turning_preemption_off_clears_the_qos_preempt_lists(cluster: Preempting):
-    """A stack that drops pool.preemption: access apply takes Priority and Preempt off the team QOS
-    (an empty `Preempt=` is refused by sacctmgr, `Preempt-=` clears), then changes nothing more."""
+    """A stack that drops pool.preemption: access apply takes Priority and the other teams off the
+    team QOS, which keep preempting the patrol's holds only, then changes nothing more."""
     c = cluster
     off = c.spec.model_copy(update={"pool": c.spec.pool.model_copy(update={"preemption": "off"})})
     cli = c.slurm.cli(timeout_s=60)
     ran = apply_access(cli, desired_access(off, c.plan), reconfigure=False)
-    assert ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt-=bulk-debug"] in ran, ran
+    assert ["sacctmgr", "-i", "modify", "qos", "where", "name=urgent-debug", "set", "Preempt=gpufleet-patrol"] in ran, ran
     qos = c.sh("sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres,priority,preempt").splitlines()
-    assert "urgent-debug|gres/gpu=40|0|" in qos and "part-debug|gres/gpu=40|0|" in qos, qos
+    assert "urgent-debug|gres/gpu=40|0|gpufleet-patrol" in qos and "part-debug||0|" in qos, qos
     assert apply_access(cli, desired_access(off, c.plan), reconfigure=False) == []
     assert apply_access(cli, desired_access(c.spec, c.plan), reconfigure=False)  # and back on
-    assert "urgent-debug|gres/gpu=40|10|bulk-debug" in c.sh("sacctmgr", "-n", "-P", "show", "qos",
+    assert "urgent-debug|gres/gpu=40|10|bulk-debug,gpufleet-patrol" in c.sh("sacctmgr", "-n", "-P", "show", "qos",
                                                              "format=name,grptres,priority,preempt").splitlines()

@@ -42,6 +42,17 @@ class ReportsDisagreements(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsForPatrol(Protocol):
+    """A pool that runs the recheck as its lowest-priority job (Slurm: `pool.slurm.patrol_hold`):
+    `patrol_holds()` is None where it cannot (no patrol QOS), else an object whose `hold(slot ->
+    partition)` returns the slots it holds (slot -> job), `lost(holds)` those a real job preempted
+    since, and `release(holds)` ends them."""
+
+    def patrol_holds(self) -> Any:
+        ...
+
+
 @dataclass
 class PatrolOutcome:
     stack: str
@@ -55,6 +66,8 @@ class PatrolOutcome:
     yielded: list[str] = field(default_factory=list)  # a job took it before its round: left to the job
     budget: dict[str, int] = field(default_factory=dict)  # partition -> nodes checked at once
     rounds: int = 0
+    held: bool = False  # the rounds ran as the pool's lowest-priority jobs (Slurm patrol QOS)
+    preempted: list[str] = field(default_factory=list)  # of `yielded`: held, then preempted by a real job
     disagreements: dict[str, str] = field(default_factory=dict)  # slot -> what the scheduler and gpufleet each say
     no_instance: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -104,18 +117,32 @@ def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     by_slot = {i.slot: i for i in instances}
     hosts: dict[str, Any] = {}
     taken: list[Any] = []
+    holds = d.pool.patrol_holds() if isinstance(d.pool, HoldsForPatrol) else None
+    out.held = holds is not None
     for round_slots in batches([i.slot for i in instances], partition_of, out.budget):
         now = d.pool.state()
         free = [s for s in round_slots if (n := now.get(s)) is not None and n.state is NodeState.ADMITTED
                 and not n.busy]
+        held: dict[str, str] = {}
+        if holds is not None:  # a node outside every partition cannot be held: checked as before
+            held = holds.hold({s: p for s in free if (p := partition_of.get(s)) is not None})
+            free = [s for s in free if s in held or partition_of.get(s) is None]
         out.yielded.extend(s for s in round_slots if s not in free)
         if not free:
             continue
         out.rounds += 1
-        result = collector.collect([by_slot[s] for s in free], {s: since[s] for s in free}, dest)
+        try:
+            result = collector.collect([by_slot[s] for s in free], {s: since[s] for s in free}, dest)
+        finally:
+            lost = holds.lost(held) if holds is not None else []
+            if holds is not None:
+                holds.release(held)
         out.seconds += result.duration_s
         d.advance(result.duration_s)
-        hosts.update(result.hosts)
+        out.preempted.extend(lost)  # a real job needed it mid-round: its bundle is not judged
+        out.yielded.extend(lost)
+        free = [s for s in free if s not in lost]
+        hosts.update({s: h for s, h in result.hosts.items() if s not in lost})
         taken.extend(by_slot[s] for s in free)
     instances = taken
     fraction = d.spec.gates.drift_regression_fraction
@@ -153,7 +180,8 @@ def run_patrol(d: DayTwo, collector: PatrolCollector) -> PatrolOutcome:
     write_atomic(last_path, json.dumps(last, indent=1, sort_keys=True))
     d.journal.append({"type": "patrol", "who": d.who, "checked": [r.slot for r in out.checked],
                       "skipped_busy": out.skipped_busy, "deferred": out.deferred, "yielded": out.yielded,
-                      "budget": out.budget, "rounds": out.rounds, "disagreements": out.disagreements,
+                      "budget": out.budget, "rounds": out.rounds,
+                      "held": out.held, "preempted": out.preempted, "disagreements": out.disagreements,
                       "failed": {s: {"reason_code": c, "reason": r} for s, (c, r) in failing.items()}})
     out.checked = worst_first(out.checked)
     return out

@@ -14,6 +14,10 @@ existing slurmdbd lacks of it, so applying twice changes nothing the second time
 slurmctld has registered with `AccountingStorageTRES=gres/gpu`, which creates the gres/gpu TRES
 the QOS limits name) the rest. Slurm queues a job that breaks AllowAccounts unless
 `EnforcePartLimits=ALL`, and lets root past it (tests/ops/test_slurm_accounting.py shows both).
+
+Whatever `pool.preemption` says, the patrol's holds (`PATROL_QOS`, its own account, every partition's
+AllowAccounts and AllowQos) are the lowest: every team QOS and root's `normal` preempt them, so the
+idle-node recheck never keeps a node from a real job (`gpufleet.pool.slurm.patrol_hold`).
 """
 
 from __future__ import annotations
@@ -57,6 +61,14 @@ ROOT_QOS = "normal"  # slurmdbd's own QOS, root's default
 
 def partition_qos_name(partition: str) -> str:
     return f"{PARTITION_QOS_PREFIX}{partition}"
+
+
+# The patrol's idle-node recheck holds its nodes with jobs of this QOS (and account): Priority 0, in
+# every other QOS's Preempt= list, so any real job that needs a held node preempts the hold (Slurm
+# cancels it: the patrol submits it --no-requeue), and the patrol counts the node as yielded
+PATROL_QOS = "gpufleet-patrol"
+PATROL_ACCOUNT = "gpufleet-patrol"
+PATROL_USERS = ("root",)  # who runs the pool's commands on the head node (scontrol update needs it)
 
 
 @dataclass(frozen=True)
@@ -115,14 +127,18 @@ def slurm_access(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cl
     # Slurm preempts for nodes, never for a QOS limit: with preemption, a partition QOS capped at the
     # partition's whole capacity (nodes cap it already) would turn every wait for nodes into a wait on
     # the QOS (QOSGrpGRES), and the higher team's job would wait instead of preempting
-    qos = [Qos(partition_qos_name(q.name), None if preemption and 0 < q.capacity_gpus <= q.gpus else q.gpus,
+    # The patrol's holds are preempted whatever pool.preemption says, so the same holds without it
+    qos = [Qos(partition_qos_name(q.name), None if 0 < q.capacity_gpus <= q.gpus else q.gpus,
                f"partition {q.name}: every account's jobs together") for q in quotas]
-    accounts, users = [], []
+    qos += [Qos(PATROL_QOS, None, "gpufleet patrol: idle-node rechecks, preempted by every other job"),
+            Qos(ROOT_QOS, None, "", preempt=(PATROL_QOS,))]
+    accounts = [Account(PATROL_ACCOUNT, (PATROL_QOS,), PATROL_QOS, "gpufleet patrol holds")]
+    users = [(u, PATROL_ACCOUNT) for u in PATROL_USERS]
     preempts = {n: lists for p in by_name for n, lists in preempt_lists(tenants, p).items()} if preemption else {}
     for t in tenants:
         names = [qos_name(t.name, p) for p in t.partitions]
         qos += [Qos(n, by_name[p].gpus, f"team {t.name} on partition {p}",
-                    priority=t.priority if preemption else 0, preempt=preempts.get(n, ()))
+                    priority=t.priority if preemption else 0, preempt=tuple(sorted((*preempts.get(n, ()), PATROL_QOS))))
                 for p, n in zip(t.partitions, names)]
         accounts.append(Account(t.name, tuple(names), names[0], f"gpufleet team {t.name}"))
         users += [(u, t.name) for u in t.members]
@@ -132,7 +148,7 @@ def slurm_access(tenants: Sequence[Tenant], quotas: Sequence[PartitionQuota], cl
 def partition_allow_qos(tenants: Sequence[Tenant], partitions: Sequence[str]) -> dict[str, str]:
     """slurm.conf `AllowQos=` per partition: root's QOS and the QOS of the teams that use it."""
     check_tenants(tenants, partitions)
-    return {p: ",".join([ROOT_QOS] + sorted(qos_name(t.name, p) for t in tenants if p in t.partitions))
+    return {p: ",".join([ROOT_QOS, PATROL_QOS] + sorted(qos_name(t.name, p) for t in tenants if p in t.partitions))
             for p in partitions}
 
 
@@ -150,12 +166,14 @@ def access_changes(want: SlurmAccess, have: ExistingAccess) -> list[list[str]]:
     for q in want.qos:
         limit = f"GrpTRES=gres/gpu={q.gpus}"
         prio, preempt = have.qos_preempt.get(q.name, (0, frozenset()))
-        if q.name not in have.qos:
+        if q.name == ROOT_QOS and q.name not in have.qos:
+            pass  # slurmdbd's own, always there: only its Preempt= is ours
+        elif q.name not in have.qos:
             cmds.append(["sacctmgr", "-i", "add", "qos", q.name, *([limit] if q.gpus is not None else []),
                          f"Description={q.description}", *([f"Priority={q.priority}"] if q.priority else [])])
             prio = q.priority
         elif q.gpus is None:
-            if have.qos[q.name]:  # -1 clears a limit
+            if have.qos.get(q.name):  # -1 clears a limit
                 cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", "GrpTRES=gres/gpu=-1"])
         elif have.qos[q.name] != limit.split("=", 1)[1]:
             cmds.append(["sacctmgr", "-i", "modify", "qos", "where", f"name={q.name}", "set", limit])
@@ -190,4 +208,5 @@ def allow_accounts(tenants: Sequence[Tenant], partitions: Sequence[str]) -> dict
     """slurm.conf `AllowAccounts=` per partition ("root" keeps the operators' own account in; a
     partition no team names is left to root only)."""
     check_tenants(tenants, partitions)
-    return {p: ",".join(["root"] + sorted(t.name for t in tenants if p in t.partitions)) for p in partitions}
+    return {p: ",".join(["root", PATROL_ACCOUNT] + sorted(t.name for t in tenants if p in t.partitions))
+            for p in partitions}

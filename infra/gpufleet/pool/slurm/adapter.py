@@ -25,6 +25,7 @@ from gpufleet.pool.protocol import (PENDING_REASON, Holder, LaunchResult, Launch
 from gpufleet.pool.slurm.cli import SlurmCli
 from gpufleet.pool.slurm.conf import hostlist, parse_version
 from gpufleet.pool.slurm.jobs import parse_squeue, squeue_argv
+from gpufleet.pool.slurm.patrol_hold import SlurmPatrolHolds
 from gpufleet.pool.slurm.nodes import (RELEASED_REASON, Comment, SlurmNode, parse_comment, parse_json, parse_text,
                                     pool_node, reason_for, released_failures)
 
@@ -210,6 +211,11 @@ class SlurmPool:
 
     def launcher(self) -> Launcher:
         return self._launcher if self._launcher is not None else SlurmLauncher(self.cli)
+
+    def patrol_holds(self) -> SlurmPatrolHolds | None:
+        """The patrol's lowest-priority holds, where slurmdbd has the patrol's QOS (accounting), else None."""
+        holds = SlurmPatrolHolds(self.cli)
+        return holds if holds.available() else None
 
     # --- writes ---------------------------------------------------------------------------
 

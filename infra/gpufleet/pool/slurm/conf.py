@@ -33,7 +33,7 @@ from typing import Literal, Mapping, Sequence
 
 from gpufleet.catalog import InstanceType
 from gpufleet.errors import ConfigError, PoolError
-from gpufleet.plan.access import allow_accounts, default_qos, partition_allow_qos, partition_qos_name
+from gpufleet.plan.access import PATROL_QOS, allow_accounts, default_qos, partition_allow_qos, partition_qos_name
 from gpufleet.plan.model import ClusterPlan, PartitionAllocation
 from gpufleet.pool.protocol import PENDING_REASON
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
@@ -149,7 +149,8 @@ def generate(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, version: st
     kind = topology_kind(version)
     return SlurmConfig(slurm_conf=_slurm_conf(spec, plan, flavour, sku, kind), gres_conf=_gres_conf(plan, flavour, sku),
                        topology_conf=_topology_conf(plan, kind), topology=kind,
-                       job_submit_lua=job_submit_lua(plan, kind, default_qos(spec.ops.tenants)))
+                       job_submit_lua=job_submit_lua(plan, kind, default_qos(spec.ops.tenants),
+                                                     PATROL_QOS if has_accounting(spec, flavour) else None))
 
 
 def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str]:
@@ -164,7 +165,7 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
         "EnforcePartLimits=ALL",  # refuse at submission what a partition never takes (size, time, accounts)
         "JobSubmitPlugins=lua",  # job_submit.lua: whole units only, one block each (gpufleet.pool.slurm.job_submit)
         f"SchedulerParameters=max_switch_wait={SWITCH_WAIT_S}",  # the plugin's --switches wait, not the 300 s default
-        *_preemption(spec),
+        *_preemption(spec, flavour),
         *_accounting(spec, flavour),
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
@@ -224,12 +225,14 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
     ]
 
 
-def _preemption(spec: ClusterSpec) -> list[str]:
+def _preemption(spec: ClusterSpec, flavour: Flavour) -> list[str]:
     """pool.preemption: the teams' QOS decide (preempt/qos; each team QOS's Preempt= lists the lower
     teams' QOS of its partition, `gpufleet.plan.access.preempt_lists`), and a pending job's QOS
-    priority orders the queue too (multifactor, QOS the only weight: otherwise first come, first served)."""
+    priority orders the queue too (multifactor, QOS the only weight: otherwise first come, first served).
+    Off, with accounting, preempt/qos stays on for the patrol's holds alone (`PATROL_QOS`, the only QOS
+    any Preempt= names then): a real job cancels the hold on a node it needs."""
     if spec.pool.preemption == "off":
-        return []
+        return ["PreemptType=preempt/qos", "PreemptMode=CANCEL"] if has_accounting(spec, flavour) else []
     return ["PreemptType=preempt/qos", f"PreemptMode={spec.pool.preemption.upper()}",
             "PriorityType=priority/multifactor", "PriorityWeightQOS=10000"]
 

@@ -61,10 +61,13 @@ def _lua_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def job_submit_lua(plan: ClusterPlan, kind: str, team_qos: Mapping[tuple[str, str], str] | None = None) -> str:
+def job_submit_lua(plan: ClusterPlan, kind: str, team_qos: Mapping[tuple[str, str], str] | None = None,
+                   patrol_qos: str | None = None) -> str:
     """The plugin's source for this plan; `kind` is the topology plugin ("tree" or "block");
     `team_qos`: (account, partition) -> the QOS a job there gets when it names none (the team's
-    QOS for that partition, which the partition's AllowQos lets in)."""
+    QOS for that partition, which the partition's AllowQos lets in). `patrol_qos`: the patrol's hold
+    QOS (with accounting only: slurmdbd's associations keep it to the patrol's account), let through
+    whole: a hold is one idle node asking no GPUs."""
     qos_rows = ", ".join(f"[{_lua_str(a + ':' + p)}] = {_lua_str(q)}" for (a, p), q in sorted((team_qos or {}).items()))
     t = plan.topology
     partitions = [p.name for p in plan.partitions if p.blocks] or ["all"]
@@ -83,6 +86,8 @@ local TREE = {'true' if kind == 'tree' else 'false'}
 local DEFAULT_PARTITION = {_lua_str(default)}
 local UNIT_PARTITIONS = {{ {', '.join(f'[{_lua_str(p)}] = true' for p in partitions)} }}
 local TEAM_QOS = {{ {qos_rows} }}
+-- the patrol's holds: one idle node each, no GPUs asked (--exclusive holds the node), preempted by any job
+local PATROL_QOS = {_lua_str(patrol_qos) if patrol_qos else 'nil'}
 local GATE_RESERVATION = {_lua_str('^' + GATE_RESERVATION_PREFIX.replace('-', '%-'))}
 
 local NO_VAL, NO_VAL16 = 4294967294, 65534  -- Slurm's "not given" for 32- and 16-bit fields
@@ -145,6 +150,9 @@ end
 
 function slurm_job_submit(job, part_list, submit_uid)
   if job.reservation ~= nil and string.find(job.reservation, GATE_RESERVATION) then
+    return slurm.SUCCESS
+  end
+  if PATROL_QOS ~= nil and job.qos == PATROL_QOS then
     return slurm.SUCCESS
   end
   local partition = job.partition or DEFAULT_PARTITION
