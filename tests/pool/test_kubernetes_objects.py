@@ -229,7 +229,9 @@ def test_local_queues_priorities_and_namespaces_per_partition(prod, objs):
         assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": ns}}
     assert len(of_kind(objs, "LocalQueue")) == len(prod.plan.partitions)
     priorities = {o["metadata"]["name"]: o["value"] for o in of_kind(objs, "WorkloadPriorityClass")}
-    assert priorities == {m.priority_class_name(p.name): p.priority for p in prod.plan.partitions}
+    # and the patrol's, one below the lowest (issue 22 item 6)
+    assert priorities == {**{m.priority_class_name(p.name): p.priority for p in prod.plan.partitions},
+                          q.PATROL_PRIORITY_CLASS: min(p.priority for p in prod.plan.partitions) - 1}
     assert set(namespaces) == {m.SYSTEM_NAMESPACE, *(p.name for p in prod.plan.partitions)}
     for p in prod.plan.partitions:
         labels = namespaces[p.name]["metadata"]["labels"]

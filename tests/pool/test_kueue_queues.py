@@ -479,3 +479,14 @@ def test_a_team_priority_that_would_outrank_a_higher_partition_it_borrows_from_i
     assert err.value.field == "gpufleet:ops.tenants[0].priority"
     ok = with_preemption("prod", [{"name": "urgent", "partitions": ["debug"], "priority": 39}])
     assert q.queue_layout(ok, prod_teams.plan, ok.cluster.instance)[-1].class_value == 49
+
+
+def test_the_patrols_class_is_the_lowest_and_valid_under_the_crds():
+    """Issue 22 item 6: the patrol's recheck ranks below every workload, with or without team priorities."""
+    for spec in (with_preemption("prod"), load_stack("prod")):
+        cap = capture_program(spec, stack="prod", target_batch=1)
+        classes = {o["metadata"]["name"]: o for o in of_kind(objects(cap), "WorkloadPriorityClass")}
+        patrol = classes.pop(q.PATROL_PRIORITY_CLASS)
+        validate_kueue(patrol)
+        assert classes and all(patrol["value"] < o["value"] for o in classes.values()), (patrol, classes)
+        assert patrol["value"] == min(o["value"] for o in classes.values()) - 1

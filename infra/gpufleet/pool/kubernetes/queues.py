@@ -191,8 +191,18 @@ def _check_class_order(spec: ClusterSpec, queues: Sequence[TeamQueue]) -> None:
                               expected=f"below {min(above) - q.priority}, or kueueCohortBorrowing false")
 
 
+PATROL_PRIORITY_CLASS = "gpufleet-patrol"  # the patrol's idle-node recheck: below every class here
+
+
+def patrol_class_value(queues: Sequence[TeamQueue]) -> int:
+    """One under the lowest partition or team class: any workload Kueue weighs against a patrol's
+    outranks it (withinClusterQueue / borrowWithinCohort LowerPriority preempt it first)."""
+    return min((q.class_value for q in queues), default=1) - 1
+
+
 def priority_classes(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
-    """Each partition's class and, under preemption, each prioritised team's, once each."""
+    """Each partition's class and, under preemption, each prioritised team's, once each; last the
+    patrol's, the lowest (`PATROL_PRIORITY_CLASS`)."""
     out: dict[str, dict[str, Any]] = {}
     for q in queues:
         if q.priority_class not in out:
@@ -201,6 +211,11 @@ def priority_classes(queues: Sequence[TeamQueue]) -> list[dict[str, Any]]:
             out[q.priority_class] = {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
                                      "metadata": {"name": q.priority_class, "labels": dict(MANAGED_BY)},
                                      "value": q.class_value, "description": f"gpufleet {who}"}
+    if queues:
+        out[PATROL_PRIORITY_CLASS] = {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
+                                      "metadata": {"name": PATROL_PRIORITY_CLASS, "labels": dict(MANAGED_BY)},
+                                      "value": patrol_class_value(queues),
+                                      "description": "gpufleet patrol: idle-node rechecks, preempted by every workload"}
     return list(out.values())
 
 
