@@ -126,3 +126,29 @@ def test_turning_preemption_off_clears_the_qos_preempt_lists(cluster: Preempting
     assert apply_access(cli, desired_access(c.spec, c.plan), reconfigure=False)  # and back on
     assert "urgent-debug|gres/gpu=40|10|bulk-debug,gpufleet-patrol" in c.sh("sacctmgr", "-n", "-P", "show", "qos",
                                                              "format=name,grptres,priority,preempt").splitlines()
+
+
+def test_with_requeue_preemption_the_patrols_holds_are_cancelled_never_requeued(cluster: Preempting):
+    """pool.preemption requeue: the lowest team (bulk, priority 0) still preempts the patrol's holds,
+    and Slurm cancels them (--no-requeue), so no hold comes back to take the node after the job."""
+    from gpufleet.pool.slurm.patrol_hold import SlurmPatrolHolds
+
+    c = cluster
+    block = [n for b in c.plan.blocks if b.partition == "debug" for n in (c.plan.nodes[i].name for i in b.nodes)]
+    # resumed already where the first test ran; an idle node refuses RESUME ("Invalid node state")
+    subprocess.run(["scontrol", "update", f"NodeName={','.join(block)}", "State=RESUME"], env=c.env,
+                   capture_output=True, timeout=30)
+    holds = SlurmPatrolHolds(c.slurm.cli(timeout_s=30))
+    assert holds.available()
+    held = holds.hold({n: "debug" for n in block})
+    assert sorted(held) == sorted(block), held
+    whole = unit_request_args(c.plan, "debug", c.plan.topology.units_per_block, "tree")
+    job = c.sh("sbatch", "--parsable", "-o", "/dev/null", "-A", "bulk", *whole, "--wrap", "sleep 300").strip()
+    got = c.wait(job, "RUNNING", timeout_s=90)
+    assert got.startswith("bulk-debug|RUNNING|"), (got, holds.lost(held))
+    assert holds.lost(held) == sorted(block)
+    for j in held.values():
+        shown = c.sh("scontrol", "show", "job", j)
+        assert "JobState=PREEMPTED" in shown and "Restarts=0" in shown, shown
+    holds.release(held)  # nothing left to cancel: returns at once
+    c.sh("scancel", job)
