@@ -118,23 +118,30 @@ def test_after_pool_up_and_rollout_cost_reads_real_sacct_gpu_hours_per_partition
         deadline = time.monotonic() + 180
         while True:  # the stream's jobs run and end (20 s each)
             queued = sh(conf, "squeue", "-h", "-o", "%i|%T|%a|%P").split()
-            done = sh(conf, "sacct", "-X", "-n", "-P", "-a", "-o", "JobID,State,Account,Partition,NNodes").split()
+            done = sh(conf, "sacct", "-X", "-n", "-P", "-a", "-o", "JobID,State,Account,Partition,NNodes,JobName").split()
             if done and not queued or time.monotonic() > deadline:
                 break
             time.sleep(2)
         assert not queued, queued
-        rows = [r.split("|") for r in done]
+        every = [r.split("|") for r in done]
+        # the gates' runs and the smoke job are real srun jobs too (gpufleet.sim.srun_relay), CPU-only
+        gates = [r for r in every if r[5].startswith("gpufleet-")]
+        assert gates and all(r[1] == "COMPLETED" for r in gates), gates
+        rows = [r for r in every if not r[5].startswith("gpufleet-")]  # the stream's
         assert rows and all(r[1] == "COMPLETED" for r in rows), rows
         assert {r[3] for r in rows} == {"train", "sim"} and {r[2] for r in rows} <= set(DEFAULT_TEAMS)
         result = gpufleet(root, "cost", "-s", STACK, "--since", "1h", "--json")
         assert result.exit_code == 0, result.output
         report = json.loads((root / "reports" / STACK / "cost.json").read_text())
         assert {g["name"] for g in report["by_partition"]} == {"train", "sim"}
-        assert {g["name"] for g in report["by_team"]} == {r[2] for r in rows}
-        assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"] + report["by_team"])
+        teams = {g["name"]: g for g in report["by_team"]}
+        assert set(teams) == {r[2] for r in rows} | {r[2] for r in gates}  # the gates' runs: the user's account
+        assert all(teams[r[2]]["gpu_hours"] == 0 for r in gates if r[2] not in {q[2] for q in rows})  # CPUs only
+        assert all(teams[t]["gpu_hours"] > 0 and teams[t]["jobs"] > 0 for t in {r[2] for r in rows})
+        assert all(g["gpu_hours"] > 0 and g["jobs"] > 0 for g in report["by_partition"])
         assert report["gpu_hours"] > 0 and report["cost_usd"] > 0  # priced from the shipped Price List snapshot
         assert "pricing.us-east-1.amazonaws.com" in report["price"]["source"]
-        assert len(rows) == sum(g["jobs"] for g in report["by_partition"])
+        assert len(every) == sum(g["jobs"] for g in report["by_partition"])
     finally:
         gpufleet(root, "pool", "down", "-s", STACK)
         shutil.rmtree(short, ignore_errors=True)

@@ -113,3 +113,16 @@ def test_on_local_slurm_the_gates_runs_are_real_srun_jobs_slurm_placed_on_their_
     finally:
         gpufleet(root, "pool", "down", "-s", STACK)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_each_srun_names_its_nodes_partition_and_a_run_over_two_partitions_keeps_the_simulators_result(
+        tmp_path: Path) -> None:
+    real = Recorder((0, "relayed\n"))
+    relay = SrunRelayLauncher(Sim(), tmp_path / "relay", {"n-a": "train", "n-b": "train", "n-c": "sim"})
+    relay.bind(real)
+    across = SPEC.model_copy(update={"name": "pair-a-c", "nodes": ("n-a", "n-c")})
+    inside, over = relay.run([SPEC, across], 60)
+    assert [s.name for s in real.specs] == ["pair-a-b"] and "--partition=train" in real.specs[0].argv
+    assert inside.output == "relayed\n"
+    assert (over.exit_code, over.output) == (1, "simulated text\n")  # one Slurm job cannot span two partitions
+    assert "partitions sim, train" in (tmp_path / "relay" / "pair-a-c.not-relayed").read_text()

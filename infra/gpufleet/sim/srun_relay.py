@@ -7,7 +7,10 @@ is the simulator's (`gpufleet.sim.fabric.SimLauncher`, its injected faults), but
 is Slurm's own: the real `SlurmLauncher` takes the pending nodes into a maintenance reservation,
 resumes them, runs `srun -w NODES -N<n> --ntasks-per-node=1` (CPUs only), and drains them back.
 Rank 0 writes the simulator's bytes; every task exits with the simulator's exit code, so srun's
-status is the run's. Times stay the simulator's (the rollout's modelled timeline).
+status is the run's. Times stay the simulator's (the rollout's modelled timeline). Each srun names
+the nodes' partition; a run over nodes of two partitions (a newcomer and a known-good partner from
+another partition) cannot be one Slurm job, so it keeps the simulator's result, and the relay folder
+says so (`<run>.not-relayed`).
 
 The smoke job likewise (`SrunSmokeCollector`): the simulator's `train_smoke` output through one srun
 over the smoke's nodes. Run as `python -m gpufleet.sim.srun_relay FILE CODE` (what each task executes).
@@ -15,12 +18,14 @@ over the smoke's nodes. Run as `python -m gpufleet.sim.srun_relay FILE CODE` (wh
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpufleet.gates import acceptance as A
 from gpufleet.gates.launch import LaunchSpec
@@ -28,21 +33,31 @@ from gpufleet.pool.protocol import Launcher, LaunchResult
 from gpufleet.pool.slurm.hostlist import hostlist
 from gpufleet.rollout.smoke_stage import SMOKE, smoke_bundle
 
+log = logging.getLogger(__name__)
+
 
 class SrunRelayLauncher:
     """`Launcher`: the simulator's results, each run through real srun on its nodes (`bind` the real
     Slurm launcher once the pool exists)."""
 
-    def __init__(self, sim: Launcher, folder: Path, python: str = sys.executable) -> None:
+    def __init__(self, sim: Launcher, folder: Path, partitions: Mapping[str, str] | None = None,
+                 python: str = sys.executable) -> None:
         self.sim, self.folder, self.python = sim, Path(folder), python
+        self.partitions = dict(partitions or {})  # slot -> its Slurm partition (the plan's)
         self.real: Launcher | None = None
 
     def bind(self, real: Launcher) -> None:
         self.real = real
 
     def relay_argv(self, spec: LaunchSpec, out: Path, code: int) -> tuple[str, ...]:
-        return ("srun", "-w", hostlist(list(spec.nodes)), f"-N{len(spec.nodes)}", "--ntasks-per-node=1",
+        parts = {self.partitions[n] for n in spec.nodes if n in self.partitions}
+        where = (f"--partition={parts.pop()}",) if len(parts) == 1 else ()
+        return ("srun", "-w", hostlist(list(spec.nodes)), f"-N{len(spec.nodes)}", "--ntasks-per-node=1", *where,
                 f"--job-name=gpufleet-{spec.name}", self.python, "-m", "gpufleet.sim.srun_relay", str(out), str(code))
+
+    def spans_partitions(self, spec: LaunchSpec) -> bool:
+        """Nodes of two partitions: one Slurm job cannot hold them (a job runs in one partition)."""
+        return len({self.partitions.get(n) for n in spec.nodes}) > 1
 
     def run(self, specs: Sequence[LaunchSpec], timeout_s: float) -> list[LaunchResult]:
         if not specs:
@@ -57,12 +72,21 @@ class SrunRelayLauncher:
         if self.real is None:
             raise RuntimeError("the srun relay has no Slurm launcher bound (gpufleet.rollout.wiring binds it)")
         self.folder.mkdir(parents=True, exist_ok=True)
-        relayed = []
-        for spec, output, code in runs:
+        relayed, kept = [], {}
+        for i, (spec, output, code) in enumerate(runs):
             out = self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "-", spec.name) + ".out")
             out.write_text(output, encoding="utf-8")
+            if self.spans_partitions(spec):  # the simulator's result stands, and the file says why
+                why = (f"not run through srun: its nodes lie in partitions "
+                       f"{', '.join(sorted({self.partitions.get(n) or '?' for n in spec.nodes}))}\n")
+                out.with_suffix(".not-relayed").write_text(why, encoding="utf-8")
+                log.warning("srun relay: %s %s", spec.name, why.strip())
+                now = datetime.now(timezone.utc)
+                kept[i] = LaunchResult(spec.name, spec.nodes, code, output, now, now, spec.command_line)
+                continue
             relayed.append(replace_argv(spec, self.relay_argv(spec, out, code)))
-        return self.real.run(relayed, timeout_s)
+        ran = iter(self.real.run(relayed, timeout_s) if relayed else [])
+        return [kept[i] if i in kept else next(ran) for i in range(len(runs))]
 
 
 class SrunSmokeCollector:
@@ -90,6 +114,12 @@ class SrunSmokeCollector:
 
 def replace_argv(spec: LaunchSpec, argv: tuple[str, ...]) -> LaunchSpec:
     return spec.model_copy(update={"argv": argv})
+
+
+def partitions_of(plan: Any) -> dict[str, str]:
+    """slot -> the Slurm partition its block is in (slurm.conf's PartitionName lines, from the plan)."""
+    by_block = {b.id: b.partition for b in plan.blocks if b.partition}
+    return {n.name: by_block[n.block] for n in plan.nodes if n.block in by_block}
 
 
 def main(argv: Sequence[str]) -> int:
