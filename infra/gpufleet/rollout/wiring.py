@@ -119,9 +119,9 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
         cloud = SimulatedCloud.open(spec, plan, project, stack)
         if spec.pool.type == "slurm":  # local-slurm: each run a real srun printing the simulator's output
             from gpufleet.pool.slurm.adapter import SlurmLauncher
-            from gpufleet.sim.srun_relay import SrunRelayLauncher
+            from gpufleet.sim.srun_relay import SrunRelayLauncher, partitions_of
 
-            relay = SrunRelayLauncher(cloud.launcher, project.state_dir(stack) / "srun-relay")
+            relay = SrunRelayLauncher(cloud.launcher, project.state_dir(stack) / "srun-relay", partitions_of(plan))
             pool = _pool(spec, plan, project, stack, relay)
             relay.bind(SlurmLauncher(pool.cli))
         else:
