@@ -44,6 +44,7 @@ class StackFacts:
     name: str
     simulated: bool = False
     s3_journal: bool = False  # rollout.stateBackend.type s3: a fresh runner can resume it
+    sim_pool: bool = False  # pool.type sim: a rollout needs nothing but gpufleet (local-slurm needs a Slurm)
 
     @property
     def deployed(self) -> bool:
@@ -61,8 +62,10 @@ def stack_facts(name: str, text: str | bytes) -> StackFacts:
         return StackFacts(name)
     rollout = config.get("gpufleet:rollout")
     backend = rollout.get("stateBackend") if isinstance(rollout, dict) else None
+    pool = config.get("gpufleet:pool")
     return StackFacts(name, simulated="gpufleet:simulator" in config,
-                      s3_journal=isinstance(backend, dict) and backend.get("type") == "s3")
+                      s3_journal=isinstance(backend, dict) and backend.get("type") == "s3",
+                      sim_pool=isinstance(pool, dict) and pool.get("type") == "sim")
 
 
 def ordered(stacks: Sequence[StackFacts]) -> list[StackFacts]:
@@ -112,11 +115,22 @@ exit "$failed"
 """
 
 # One part of a rollout: exit 124 from `timeout` is "this part's time is up, the next part resumes".
+# A rollout that does not stop on the interrupt within KILL_AFTER is killed (137): its journal is
+# crash-safe, but its lock stays held by a runner that is gone, so the next part takes it
+# (--force-unlock, only then: the part before it in this pipeline was the holder).
 PART_SCRIPT = """\
 set +e
-timeout --signal=INT --kill-after=10m "${PART_MINUTES}m" gpufleet rollout -s "$STACK" --resume
+unlock=()
+if [ "${PREVIOUS_KILLED:-false}" = "true" ]; then
+  unlock=(--force-unlock)
+fi
+timeout --signal=INT --kill-after="${KILL_AFTER:-2m}" "${PART_MINUTES}m" gpufleet rollout -s "$STACK" --resume "${unlock[@]}"
 rc=$?
 set -e
+if [ "$rc" -eq 137 ]; then
+  echo "killed=true" >> "$GITHUB_OUTPUT"
+  rc=124
+fi
 if [ "$rc" -eq 0 ]; then
   echo "done=true" >> "$GITHUB_OUTPUT"
 elif [ "$rc" -eq 124 ] && [ "$LAST_PART" != "true" ]; then
@@ -137,7 +151,9 @@ def _indent(text: str, spaces: int) -> str:
 
 
 def _check_job(stacks: Sequence[StackFacts]) -> str:
-    rows = "".join(f"          - stack: {s.name}\n            simulated: {str(s.simulated).lower()}\n"
+    # `simulate`: rolled out in the simulator on every check, where the pool is the simulator's too
+    # (a simulated Slurm stack, local-slurm, needs `gpufleet pool up` and Slurm on the runner: checks only)
+    rows = "".join(f"          - stack: {s.name}\n            simulate: {str(s.simulated and s.sim_pool).lower()}\n"
                    for s in stacks)
     return f"""\
   check:
@@ -160,7 +176,7 @@ def _check_job(stacks: Sequence[StackFacts]) -> str:
         run: |
 {_indent(SUMMARY_SCRIPT, 10)}      - name: Roll out in the simulator
         id: simulated
-        if: ${{{{ matrix.simulated }}}}
+        if: ${{{{ matrix.simulate }}}}
         env:
           STACK: ${{{{ matrix.stack }}}}
         run: gpufleet rollout -s "$STACK"
@@ -219,6 +235,8 @@ def _rollout_jobs(stack: StackFacts, after: list[str]) -> str:
             needs, condition = "check", on_main
         else:
             needs, condition = ids[i - 2], f"needs.{ids[i - 2]}.outputs.done == 'false'"
+        previous_killed = (f"\n      PREVIOUS_KILLED: ${{{{ needs.{ids[i - 2]}.outputs.killed == 'true' }}}}"
+                           if not first else "")
         # Required reviewers on the stack's environment approve part 1; later parts run in
         # `<stack>-resume` (no reviewers) so an approved rollout is not held for approval again.
         environment = stack.name if first else f"{stack.name}-resume"
@@ -242,10 +260,12 @@ def _rollout_jobs(stack: StackFacts, after: list[str]) -> str:
       id-token: write
     outputs:
       done: ${{{{ steps.rollout.outputs.done }}}}
+      killed: ${{{{ steps.rollout.outputs.killed }}}}
     env:
       STACK: {stack.name}
       PART_MINUTES: "{PART_MINUTES}"
-      LAST_PART: "{str(last).lower()}"
+      KILL_AFTER: 2m
+      LAST_PART: "{str(last).lower()}"{previous_killed}
       PULUMI_ACCESS_TOKEN: ${{{{ secrets.PULUMI_ACCESS_TOKEN }}}}
       PULUMI_BACKEND_URL: ${{{{ vars.PULUMI_BACKEND_URL }}}}
       PULUMI_CONFIG_PASSPHRASE: ${{{{ secrets.PULUMI_CONFIG_PASSPHRASE }}}}

@@ -25,6 +25,7 @@ from tests.ci.test_workflows import SHELLCHECK_EXCLUDES, _actionlint, _placehold
 from tests.ci.test_workflows import actionlint_cache  # noqa: F401 - the fixture, kept between runs
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _init(target: Path, *args: str):
@@ -71,6 +72,10 @@ def test_the_pipeline_names_only_the_project_s_stacks(projects):
     assert deploys == {"dev", "prod"}, "a simulated stack buys nothing: no deploy job"
     local = _load(projects["local"] / init_ci.WORKFLOW)
     assert _matrix(local, "check") == {"local"} and not (projects["local"] / init_ci.NIGHTLY).exists()
+    simulate = {r["stack"]: r["simulate"] for r in both["jobs"]["check"]["strategy"]["matrix"]["include"]}
+    assert simulate == {"dev": False, "prod": False, "local": True}
+    slurm = init_ci.stack_facts("local-slurm", (REPO / "stacks" / "Pulumi.local-slurm.yaml").read_text())
+    assert slurm.simulated and not slurm.sim_pool and "simulate: false" in init_ci.pipeline([slurm])
     for doc in (dev, both, local):
         assert "pytest" not in _runs(doc), "a project made by init has no tests: pytest exits 5"
         for command in ('gpufleet validate -s "$STACK"', 'gpufleet plan -s "$STACK"',
@@ -160,36 +165,41 @@ def test_the_check_job_s_steps_pass_for_every_stack_of_the_project(projects, tmp
         text = summary.read_text(encoding="utf-8")
         for title in ("gpufleet validate: exit 0", "gpufleet plan: exit 0", "policy pack rules): exit 0"):
             assert title in text, (row, text[-2000:])
-        if row["simulated"]:
+        if row["simulate"]:
             out = _run(_step(doc, "check", id_="simulated"), project, env)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             assert re.search(r"rollout local: complete", out.stdout), out.stdout[-2000:]
 
 
-@pytest.mark.slow  # two real rollout processes of the 1,000-GPU simulated stack, the first interrupted
+@pytest.mark.slow  # real rollout processes of the 1,000-GPU simulated stack, interrupted, then resumed
 def test_a_rollout_part_that_runs_out_of_time_is_resumed_by_the_next(projects, tmp_path):
-    """The prod part's script, on the simulated stack standing in: a part of 2 seconds is cut by
-    `timeout --signal=INT` and says done=false; the next part resumes the journal to the target."""
+    """The prod parts' script, on the simulated stack standing in: a part of 2 seconds is cut by
+    `timeout --signal=INT` (killed after KILL_AFTER when the interrupt does not stop it: then
+    killed=true, and the next part takes the lock with --force-unlock); the last part fails asking
+    for a rerun, an earlier one says done=false and passes; the next part resumes the journal to
+    the target and says done=true."""
+    import json
+
     project = projects["local"]
     jobs = _load(projects["both"] / init_ci.WORKFLOW)["jobs"]
     step = _step({"jobs": jobs}, "rollout-prod-1", id_="rollout")
+    assert jobs["rollout-prod-2"]["env"]["PREVIOUS_KILLED"] == "${{ needs.rollout-prod-1.outputs.killed == 'true' }}"
     output = tmp_path / "github-output"
-    env = {"STACK": "local", "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md")}
-    first = _run(step, project, {**env, "PART_MINUTES": "0.035", "LAST_PART": "false"}, jobs["rollout-prod-1"]["env"])
+    env = {"STACK": "local", "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md"),
+           "KILL_AFTER": "5s"}
+    short = {**env, "PART_MINUTES": "0.035"}
+    last = _run(step, project, short, jobs["rollout-prod-4"]["env"])
+    assert last.returncode == 1 and "run this workflow again, it resumes" in last.stdout, last.stdout[-2000:]
+    killed = "killed=true" in (output.read_text() if output.exists() else "")
+    output.unlink(missing_ok=True)
+    first = _run(step, project, {**short, "PREVIOUS_KILLED": str(killed).lower()}, jobs["rollout-prod-1"]["env"])
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    assert output.read_text() == "done=false\n" and "the next part resumes it" in first.stdout
+    lines = output.read_text().splitlines()
+    assert lines[-1] == "done=false" and "the next part resumes it" in first.stdout
     assert not (project / "reports" / "local" / "rollout.json").exists()
-    second = _run(step, project, {**env, "LAST_PART": "false"}, jobs["rollout-prod-2"]["env"])
+    second = _run(step, project, {**env, "PREVIOUS_KILLED": str("killed=true" in lines).lower()},
+                  jobs["rollout-prod-2"]["env"])
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
-    assert output.read_text() == "done=false\ndone=true\n"
-    import json
+    assert output.read_text().splitlines()[-1] == "done=true"
     report = json.loads((project / "reports" / "local" / "rollout.json").read_text())
     assert report["status"] == "complete" and report["admitted_nodes"] == report["target_nodes"] == 125
-    # and a last part that runs out of time fails, asking for a rerun
-    output.unlink()
-    (project / "reports").rename(tmp_path / "reports-kept")
-    restart = subprocess.run([str(BIN / "gpufleet"), "rollout", "-s", "local", "--restart", "--until-batch", "1"],
-                             cwd=project, capture_output=True, text=True, timeout=600)
-    assert restart.returncode == 0, restart.stderr[-2000:]
-    last = _run(step, project, {**env, "PART_MINUTES": "0.035", "LAST_PART": "true"}, jobs["rollout-prod-4"]["env"])
-    assert last.returncode == 1 and "run this workflow again, it resumes" in last.stdout
