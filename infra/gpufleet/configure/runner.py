@@ -66,9 +66,30 @@ class RunnerBackend(Protocol):
 
 
 def _ansible_runner_run(**kwargs: Any) -> Any:
+    """ansible_runner.run with the process's signal handlers kept.
+
+    Why: called on the main thread without a cancel_callback, ansible-runner replaces the SIGINT
+    and SIGTERM handlers with its own (a flag it polls) and never puts them back, so after the
+    first configure a rollout ignored Ctrl-C and CI's `timeout --signal=INT` for good. During the
+    run its handler still cancels the playbook cleanly; after it, ours are back, and a run that
+    was cancelled by a signal stops the command as the interrupt would have."""
+    import signal
+    import threading
+
     import ansible_runner
 
-    return ansible_runner.run(**kwargs)
+    if threading.current_thread() is not threading.main_thread():
+        return ansible_runner.run(**kwargs)  # runner installs nothing off the main thread
+    signals = (signal.SIGINT, signal.SIGTERM)
+    saved = {s: signal.getsignal(s) for s in signals}
+    try:
+        result = ansible_runner.run(**kwargs)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    if getattr(result, "status", None) == "canceled" and "cancel_callback" not in kwargs:
+        raise KeyboardInterrupt("ansible-runner was cancelled by a signal")
+    return result
 
 
 _PROGRESS = {"runner_on_ok": "ok", "runner_on_failed": "failed", "runner_on_skipped": "skipped",
