@@ -129,3 +129,25 @@ def test_a_companion_met_over_a_bad_link_is_never_met_again(admitted, companion)
     assert r.quarantined == {} and r.unresolved == () and len(r.good) == 1250
     assert len(r.rounds) == 4 and r.rounds[3][0][0] == "n0005" and companion not in r.rounds[3][0]
     assert ("n0005", "n0006", "n0007", "n0008") in r.ring_faults and r.rounds[2][0] in r.ring_faults
+
+
+def test_the_few_rounds_rings_are_held_to_their_own_sizes_floor():
+    """A measured curve falls with node count (p5 at the run's size: 252 GB/s for 2-4 nodes, 198
+    from 32 on), so the 4-node and 3-node rings of the few-rounds schedule are gated at their own
+    size's floor. Held to the floor of one ring over the whole batch, a node at 0.6x (220 GB/s)
+    fails its pairs but passes the small rings, and no longer counts as a node fault."""
+    nodes = [f"n{i:04d}" for i in range(400)]
+    slow = "n0007"
+    curve = {2: 252.0, 3: 252.0, 4: 252.0}
+
+    def floor_for(n: int) -> float:
+        return curve.get(n, 198.0)
+
+    def run_round(groups):
+        return [220.0 if slow in g else 350.0 for g in groups]
+
+    lenient = isolate(nodes, [], run_round, floor=252.0, ring_floor=198.0)
+    held = isolate(nodes, [], run_round, floor=252.0, ring_floor=198.0, group_floor=floor_for)
+    assert slow not in lenient.quarantined  # the whole-batch ring floor let it through
+    assert slow in held.quarantined and set(held.quarantined) == {slow}
+    assert set(held.good) == set(nodes) - {slow} and len(held.rounds) <= 4

@@ -105,8 +105,9 @@ class _Runner:
     """Runs one round and keeps the schedule. Pairs are gated at `floor`, groups of three or more
     at `ring_floor` once it is set (a round may mix both: the few-rounds schedule does)."""
 
-    def __init__(self, run_round: RunRound, floor: float) -> None:
-        self.run_round, self.floor = run_round, floor
+    def __init__(self, run_round: RunRound, floor: float,
+                 group_floor: Callable[[int], float] | None = None) -> None:
+        self.run_round, self.floor, self.group_floor = run_round, floor, group_floor
         self.ring_floor: float | None = None
         self.rounds: list[tuple[Group, ...]] = []
         self.busbw: dict[str, float] = {}
@@ -131,7 +132,9 @@ class _Runner:
         return oks
 
     def gate(self, group: Group) -> float:
-        return self.floor if len(group) < 3 or self.ring_floor is None else self.ring_floor
+        if len(group) < 3 or self.ring_floor is None:
+            return self.floor
+        return self.group_floor(len(group)) if self.group_floor is not None else self.ring_floor
 
 
 def _key(a: str, b: str) -> tuple[str, str]:
@@ -204,18 +207,22 @@ def split_ring(group: Sequence[str], avoid: set[tuple[str, str]]) -> tuple[Group
 
 def isolate(batch: Sequence[str], admitted: Sequence[str], run_round: RunRound, floor: float,
             ring_floor: float | None = None, ring_anchors: int = 2, min_good_failures: int = 2,
-            bisect_min: int = 6, ring_size: int = 4, few_rounds: bool = True) -> IsolationResult:
+            bisect_min: int = 6, ring_size: int = 4, few_rounds: bool = True,
+            group_floor: Callable[[int], float] | None = None) -> IsolationResult:
     """Attribute multi-node failures to nodes or links. Pure apart from the `run_round` callback.
 
     batch: nodes under test (preflight passed); admitted: nodes already in the pool (known good).
     floor: pair busbw gate (GB/s, ring algorithm); ring_floor: the ring's gate (default: floor).
+    group_floor: the gate of a group of three or more by its size (a measured curve falls with
+    node count, so a 4-node ring of the few-rounds schedule is held to the 4-node floor, not to
+    the floor of a ring over the whole batch); default: ring_floor for every group.
     After the first round of pairs, a batch with enough cleared nodes to lend every suspect its
     partners (`few_rounds_fit`) takes the few-rounds schedule (`_in_few_rounds`: small rings of
     `ring_size` instead of one ring and its bisection); a small one keeps the bootstrap, the one
     ring and the bisection below, which need no reserve. few_rounds=False keeps the latter for
     any batch (the bench prints both schedules side by side).
     """
-    run = _Runner(run_round, floor)
+    run = _Runner(run_round, floor, group_floor)
     ring_floor = floor if ring_floor is None else ring_floor
     batch = list(dict.fromkeys(batch))
     admitted_l = [a for a in dict.fromkeys(admitted) if a not in set(batch)]

@@ -131,7 +131,7 @@ def run_network_gates(runner: NetworkRunner, batch: Sequence[str], admitted: Seq
     settings = runner.settings
     ring_size = len(batch) + min(2, len(admitted))
     result = isolate(batch, admitted, runner.busbw_round, floor=settings.busbw_floor(2),
-                     ring_floor=settings.busbw_floor(max(3, ring_size)))
+                     ring_floor=settings.busbw_floor(max(3, ring_size)), group_floor=settings.busbw_floor)
     if scales:
         good = [n for n in batch if n in set(result.good)]
         size = 4
