@@ -39,11 +39,13 @@ def test_pool_up_runs_slurmdbd_and_access_apply_is_idempotent(tmp_path: Path):
         env = LocalSlurm(local_slurm_root(project, "local-slurm")).cli().env()
         qos = subprocess.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name,grptres"], env=env,
                              capture_output=True, text=True, timeout=30).stdout
-        assert {"part-train|gres/gpu=800", "part-sim|gres/gpu=160", "part-debug|gres/gpu=40"} <= set(qos.split()), qos
+        # each partition's quota is its whole capacity here, so its QOS carries no GPU limit of its own
+        # (f5272cc: Slurm never preempts for a QOS limit, and the patrol's holds must be preemptible)
+        assert {"part-train|", "part-sim|", "part-debug|", "gpufleet-patrol|"} <= set(qos.split()), qos
         subprocess.run(["sacctmgr", "-i", "modify", "qos", "where", "name=part-sim", "set", "GrpTRES=gres/gpu=1"],
                        env=env, check=True, capture_output=True, timeout=30)
         fixed = runner.invoke(main, ["--project", str(root), "pool", "-s", "local-slurm", "access", "apply"])
-        assert fixed.exit_code == 0 and "name=part-sim set GrpTRES=gres/gpu=160" in fixed.output, fixed.output
+        assert fixed.exit_code == 0 and "name=part-sim set GrpTRES=gres/gpu=-1" in fixed.output, fixed.output
         assert "1 change(s)" in fixed.output
         sacct = subprocess.run(["sacct", "-a", "-n", "-X"], env=env, capture_output=True, text=True, timeout=30)
         assert sacct.returncode == 0, sacct.stderr  # slurmdbd answers (no jobs yet)
