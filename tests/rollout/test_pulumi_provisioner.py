@@ -48,7 +48,7 @@ BATCH2 = [slot(2, 2), slot(3, 2), slot(4, 2)]
 class FakePulumi(auto.PulumiCommand):
     """A `pulumi` CLI that records argv, keeps config and state, and replays scripted updates."""
 
-    def __init__(self, ups: list[tuple[str | None, int, str]]) -> None:  # noqa: super().__init__ would exec pulumi
+    def __init__(self, ups: list[tuple[str | None, int, str]]) -> None:  # no super().__init__: it would exec pulumi
         self.command = "pulumi"
         self.version = VersionInfo.parse("3.200.0")  # <= 3.205: the engine events go through --event-log
         self.calls: list[list[str]] = []
