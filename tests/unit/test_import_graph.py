@@ -25,10 +25,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "vendor_releases")),
     ("plan", ("plan", "ports")),
     ("adapters", ("gates", "configure", "cloud", "monitoring", "validate_cloud")),
-    ("pool", ("pool", "program")),
+    ("pool", ("pool", "program", "changeset")),
     ("rollout", ("rollout", "sim")),
     ("day two", ("reports", "daytwo", "ops", "cost", "init_project", "init_ci")),
-    ("cli", ("cli", "docs_gen")),
+    ("cli", ("cli", "docs_gen", "changeset_command")),
 )
 
 
