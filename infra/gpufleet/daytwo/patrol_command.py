@@ -42,7 +42,12 @@ def patrol(stack: str, as_json: bool, out_dir: Path | None, force_unlock: bool) 
         click.echo(report.model_dump_json(indent=2))
     else:
         click.echo(f"patrol {stack}: checked {len(report.checked)} idle node(s), skipped {len(report.skipped_busy)} "
-                   f"busy, quarantined {len(report.quarantined)}, deferred {len(report.deferred)}")
+                   f"busy, quarantined {len(report.quarantined)}, deferred {len(report.deferred)}, yielded "
+                   f"{len(report.yielded)} to real jobs ({len(report.preempted)} preempted)")
+        for slot in report.yielded:
+            how = "its patrol job was preempted by a real job" if slot in report.preempted else \
+                "a real job took it before its round"
+            click.echo(f"  yielded      {slot}: {how} (rechecked next patrol)")
         for slot, q in sorted(report.quarantined.items()):
             click.echo(f"  {q['state']:<12} {slot} ({q['failures']} failure(s)) {q['reason_code']}: {q['reason']}")
         for slot in report.blacklisted:

@@ -3,6 +3,9 @@ step summary, JUnit with one case per node and check, HTML).
 
 Why JUnit cases per node: a scheduled CI job shows a node that failed its patrol as a failed test,
 with the check, the measurement and the expectation, without anyone reading the log.
+Why an outcome per node (`outcomes`, `counts`): a node the patrol left to a real job (`yielded`:
+taken before its round, or its lowest-priority hold preempted: `preempted`, Slurm's patrol QOS or
+Kueue's gpufleet-patrol class) is neither passed nor failed; a reader must see it was not rechecked.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from gpufleet.reports.write import write_report
 
 SCHEMA_VERSION = 1
 SUITE = "gpufleet-patrol"
+OUTCOMES = ("passed", "failed", "deferred", "unreachable", "yielded", "skipped-busy", "no-instance")
 
 
 class PatrolNode(BaseModel):
@@ -52,6 +56,13 @@ class PatrolReport(BaseModel):
     no_instance: list[str]
     quarantined: dict[str, dict]
     blacklisted: list[str]
+    yielded: list[str] = []  # left to a real job: taken before its round, or its hold preempted
+    preempted: list[str] = []  # of `yielded`: held by the patrol's lowest-priority job, then preempted
+    held: bool = False  # the rounds ran as the pool's lowest-priority jobs (Slurm QOS / Kueue class)
+    rounds: int = 0
+    budget: dict[str, int] = {}  # partition -> nodes rechecked at once (from the plan)
+    outcomes: dict[str, str] = {}  # slot -> one of OUTCOMES
+    counts: dict[str, int] = {}  # outcome -> nodes
     gpufleet_version: str = gpufleet.__version__
 
     @property
@@ -59,13 +70,33 @@ class PatrolReport(BaseModel):
         return Status.FAILED if self.quarantined else Status.OK
 
 
+def outcomes(out: PatrolOutcome) -> dict[str, str]:
+    """One outcome per node the patrol looked at; the later entries win (a deferred node was
+    judged failing first, a yielded one may have been held first)."""
+    per: dict[str, str] = {}
+    for r in out.checked:
+        per[r.slot] = "passed" if r.passed else "failed"
+    for kind, slots in (("unreachable", sorted(out.unreachable)), ("deferred", out.deferred),
+                        ("yielded", out.yielded), ("skipped-busy", out.skipped_busy),
+                        ("no-instance", out.no_instance)):
+        per.update(dict.fromkeys(slots, kind))
+    return dict(sorted(per.items()))
+
+
+def count(per: dict[str, str]) -> dict[str, int]:
+    return {k: n for k in OUTCOMES if (n := sum(v == k for v in per.values()))}
+
+
 def build(out: PatrolOutcome) -> tuple[PatrolReport, list]:
+    per = outcomes(out)
     nodes = [PatrolNode(slot=r.slot, passed=r.passed, reason_code=r.reason_code, reason=r.reason, busbw_gbs=r.busbw_gbs,
                         admission_busbw_gbs=r.baseline_gbs, warnings=list(r.warnings)) for r in out.checked]
     report = PatrolReport(stack=out.stack, started=out.started, who=out.who, modelled_seconds=out.seconds,
                           checked=nodes, skipped_busy=out.skipped_busy, deferred=out.deferred,
                           unreachable=out.unreachable, no_instance=out.no_instance, quarantined=out.quarantined,
-                          blacklisted=out.blacklisted)
+                          blacklisted=out.blacklisted, yielded=sorted(set(out.yielded)),
+                          preempted=sorted(set(out.preempted)), held=out.held, rounds=out.rounds, budget=out.budget,
+                          outcomes=per, counts=count(per))
     return report, [c for r in out.checked for c in r.checks]
 
 
@@ -74,6 +105,8 @@ def document(report: PatrolReport, out: PatrolOutcome) -> Document:
     summary = [
         SummaryItem(key="checked", value=f"{len(report.checked)} idle admitted node(s)"),
         SummaryItem(key="skipped (busy)", value=str(len(report.skipped_busy))),
+        SummaryItem(key="yielded to real jobs", value=f"{len(report.yielded)} ({len(report.preempted)} preempted)",
+                    tone=Tone.WARNING if report.yielded else Tone.GOOD),
         SummaryItem(key="quarantined", value=str(len(q)), tone=Tone.BAD if q else Tone.GOOD),
         SummaryItem(key="blacklisted (replace)", value=str(len(report.blacklisted)),
                     tone=Tone.BAD if report.blacklisted else Tone.GOOD),
@@ -93,6 +126,14 @@ def document(report: PatrolReport, out: PatrolOutcome) -> Document:
         sections.append(Section(title="Deferred", blocks=[Paragraph(
             text="Failed, but running work by the time of the verdict (rechecked next patrol): "
                  + ", ".join(f"`{s}`" for s in report.deferred), tone=Tone.WARNING)]))
+    if report.yielded:
+        how = "held by the patrol's lowest-priority job" if report.held else "rechecked without holds"
+        rows = [[slot, "preempted" if slot in report.preempted else "taken before its round"]
+                for slot in report.yielded]
+        sections.append(Section(title="Yielded to real jobs", blocks=[Table(
+            title="Not rechecked: left to the job (rechecked next patrol)", columns=["slot", "how"], rows=rows,
+            caption=f"{len(rows)} node(s); rounds {how}, {report.rounds} round(s), budget per partition "
+                    + ", ".join(f"{p} {n}" for p, n in sorted(report.budget.items())))]))
     regress = [[n.slot, n.busbw_gbs, n.admission_busbw_gbs] for n in report.checked
                if n.busbw_gbs is not None and n.admission_busbw_gbs is not None]
     regress.sort(key=lambda r: (r[1] or 0) / (r[2] or 1))
