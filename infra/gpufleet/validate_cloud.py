@@ -1,4 +1,4 @@
-"""Live AWS checks for `gpufleet validate --cloud`: quota, capacity, offering, catalog.
+"""Live AWS checks for `gpufleet validate --cloud`: quotas, capacity, offering, catalog.
 
 The offline plan says what the stack needs (nodes + spares of one instance type in one AZ);
 these checks ask the account whether it can have it, before anything is created. Each check is
@@ -22,11 +22,22 @@ from gpufleet import catalog
 from gpufleet.aws_rules import reservation_shares
 from gpufleet.errors import ExternalCommandFailed
 from gpufleet.findings import Finding, error, info, warning
+from gpufleet import tagging as t
 from gpufleet.spec import CapacityType, ClusterSpec
 
 # Service Quotas: "Running On-Demand P instances", counted in vCPUs, per region.
 QUOTA_SERVICE_CODE = "ec2"
 P_INSTANCE_VCPU_QUOTA_CODE = "L-417A185B"
+
+# Service Quotas: "Lustre Persistent_2 storage capacity", GiB, per region: the sum of StorageCapacity
+# over the account's PERSISTENT_2 file systems (the only deployment type the spec allows; EFA-enabled
+# ones are PERSISTENT_2 too). Default 100,800 GiB (the same ceiling SageMaker HyperPod exposes as
+# FSxLustreConfig.SizeInGiB's maximum). Code and name as Service Quotas lists them for fsx (AWS review
+# B8; seen in NVIDIA isvctl's FSx storage provider and in public quota listings: L-8F1B9C74; Persistent_1
+# is L-C8640C82, Scratch L-AD2FC696).
+FSX_QUOTA_SERVICE_CODE = "fsx"
+FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE = "L-8F1B9C74"
+FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
 
 # Modelled wall-clock hours per rollout batch, by the DCGM diagnostic level the gates run.
 # A batch is: launch and boot (~20 min for p4/p5 with many network cards), configure (~15 min),
@@ -47,6 +58,7 @@ F_INSTANCE_TYPE = "gpufleet:cluster.instanceType"
 F_AZ = "gpufleet:cluster.availabilityZone"
 F_CAPACITY = "gpufleet:cluster.capacity"
 F_STORAGE_CLIENT_TYPE = "gpufleet:acceptance.storageClientType"
+F_STORAGE = "gpufleet:storage"
 
 
 class _AccessDenied(Exception):
@@ -123,6 +135,38 @@ def offering_findings(need: Need, offered_locations: Sequence[str]) -> list[Find
     return [error("INSTANCE_TYPE_NOT_OFFERED", F_AZ,
                   f"{need.instance_type} is not offered in {need.availability_zone} "
                   "(EC2 DescribeInstanceTypeOfferings); choose an AZ that offers it")]
+
+
+def fsx_capacity_findings(planned_gib: int, quota_gib: float, file_systems: Sequence[Mapping[str, Any]],
+                          cluster: str, region: str) -> list[Finding]:
+    """ERROR when the planned file system does not fit beside the account's other PERSISTENT_2 ones.
+
+    CreateFileSystem past the regional quota fails (ServiceLimitExceeded) during `up`, after the
+    network and the bucket exist. Used capacity is the StorageCapacity of the region's other
+    PERSISTENT_2 Lustre file systems (SSD; Intelligent-Tiering has elastic capacity and quotas of its
+    own); this cluster's own file system (tags gpufleet.io/cluster = the cluster, gpufleet.io/role =
+    lustre) is the planned one, so re-validating a deployed stack does not count it twice.
+    """
+    used, others = 0, 0
+    for fs in file_systems:
+        lustre = fs.get("LustreConfiguration") or {}
+        if fs.get("FileSystemType") != "LUSTRE" or lustre.get("DeploymentType") != FSX_DEPLOYMENT_TYPE:
+            continue
+        if fs.get("StorageType") == "INTELLIGENT_TIERING" or fs.get("Lifecycle") == "DELETING":
+            continue
+        tags = {tag.get("Key"): tag.get("Value") for tag in fs.get("Tags") or []}
+        if tags.get(t.CLUSTER) == cluster and tags.get(t.ROLE) == "lustre":
+            continue
+        used += int(fs.get("StorageCapacity") or 0)
+        others += 1
+    if planned_gib + used <= quota_gib:
+        return []
+    return [error("QUOTA_FSX_CAPACITY_SHORT", F_STORAGE,
+                  f"Service Quotas {FSX_QUOTA_SERVICE_CODE}/{FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE} (Lustre "
+                  f"Persistent_2 storage capacity) in {region} is {quota_gib:,.0f} GiB; {others} other "
+                  f"{FSX_DEPLOYMENT_TYPE} file system(s) hold {used:,} GiB and the plan's file system needs "
+                  f"{planned_gib:,} GiB: request an increase of at least {planned_gib + used - quota_gib:,.0f} GiB "
+                  "or shrink gpufleet:storage (datasetTib, checkpointTib, checkpointsRetained)")]
 
 
 def _share_findings(r: Mapping[str, Any], kind: str, share: int) -> list[Finding]:
@@ -254,15 +298,40 @@ def _error_code(exc: BaseException) -> str | None:
 
 def check_quota(sq: Any, spec: ClusterSpec, need: Need) -> list[Finding]:
     """GetServiceQuota (the applied value); falls back to the AWS default when none is applied."""
+    quota = _quota_value(sq, QUOTA_SERVICE_CODE, P_INSTANCE_VCPU_QUOTA_CODE)
+    return quota_findings(spec.cluster.capacity.type, quota, need, spec.cluster.region)
+
+
+def _quota_value(sq: Any, service_code: str, quota_code: str) -> float:
+    """GetServiceQuota (the applied value); GetAWSDefaultServiceQuota when none is applied."""
     try:
         quota = _call("service-quotas", "GetServiceQuota", sq.get_service_quota,
-                      ServiceCode=QUOTA_SERVICE_CODE, QuotaCode=P_INSTANCE_VCPU_QUOTA_CODE)
+                      ServiceCode=service_code, QuotaCode=quota_code)
     except ExternalCommandFailed as exc:
         if _error_code(exc) != "NoSuchResourceException":
             raise
         quota = _call("service-quotas", "GetAWSDefaultServiceQuota", sq.get_aws_default_service_quota,
-                      ServiceCode=QUOTA_SERVICE_CODE, QuotaCode=P_INSTANCE_VCPU_QUOTA_CODE)
-    return quota_findings(spec.cluster.capacity.type, float(quota["Quota"]["Value"]), need, spec.cluster.region)
+                      ServiceCode=service_code, QuotaCode=quota_code)
+    return float(quota["Quota"]["Value"])
+
+
+def check_fsx_quota(sq: Any, fsx: Any, spec: ClusterSpec, plan: Any) -> list[Finding]:
+    """The planned FSx capacity against the PERSISTENT_2 storage-capacity quota and what the region's
+    file systems already use (DescribeFileSystems, every page)."""
+    planned = plan.storage.capacity_gib
+    if planned is None:  # Intelligent-Tiering: elastic, not sized by this quota
+        return []
+    quota = _quota_value(sq, FSX_QUOTA_SERVICE_CODE, FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE)
+    file_systems: list[Mapping[str, Any]] = []
+    token: str | None = None
+    while True:
+        answer = _call("fsx", "DescribeFileSystems", fsx.describe_file_systems,
+                       **({"NextToken": token} if token else {}))
+        file_systems.extend(answer.get("FileSystems", []))
+        token = answer.get("NextToken")
+        if not token:
+            break
+    return fsx_capacity_findings(planned, quota, file_systems, spec.cluster.name, spec.cluster.region)
 
 
 def check_capacity(ec2: Any, spec: ClusterSpec, need: Need, now: datetime) -> list[Finding]:
@@ -319,8 +388,11 @@ def check_catalog(ec2: Any, spec: ClusterSpec) -> list[Finding]:
     return catalog.cross_check(spec.cluster.instance, items[0] if items else None, F_INSTANCE_TYPE)
 
 
+CLIENTS = ("ec2", "service-quotas", "fsx")
+
+
 def make_clients(region: str, session: Any = None) -> dict[str, Any]:
-    """ec2 and service-quotas clients in the stack's region.
+    """ec2, service-quotas and fsx clients in the stack's region.
 
     botocore's `max_attempts` counts retries, so 3 means up to 4 calls, with backoff, before a
     throttled or flaky call becomes ExternalCommandFailed.
@@ -330,7 +402,7 @@ def make_clients(region: str, session: Any = None) -> dict[str, Any]:
 
     session = session or boto3.Session()
     config = Config(retries={"max_attempts": 3})
-    return {name: session.client(name, region_name=region, config=config) for name in ("ec2", "service-quotas")}
+    return {name: session.client(name, region_name=region, config=config) for name in CLIENTS}
 
 
 def cloud_findings(spec: ClusterSpec, plan: Any, *, session: Any = None,
@@ -346,9 +418,11 @@ def cloud_findings(spec: ClusterSpec, plan: Any, *, session: Any = None,
         ("the P-instance vCPU quota", F_INSTANCE_TYPE, lambda: check_quota(sq, spec, need)),
         ("the capacity reservations", F_CAPACITY, lambda: check_capacity(ec2, spec, need, now)),
     ]
-    if not spec.simulated:  # a simulated stack buys no storage clients
+    if not spec.simulated:  # a simulated stack buys no storage clients and no file system
         checks.append(("the storage clients' offering", F_STORAGE_CLIENT_TYPE,
                        lambda: check_storage_client_offering(ec2, spec)))
+        checks.append(("the FSx for Lustre storage-capacity quota", F_STORAGE,
+                       lambda: check_fsx_quota(sq, clients["fsx"], spec, plan)))
     findings: list[Finding] = []
     for what, field, run in checks:
         try:

@@ -41,10 +41,10 @@ def _replayed_clients(answers_file: Path, stubbers: list[Stubber]):
 
     def make_clients(region, session=None):
         clients = {}
-        for service in ("ec2", "service-quotas"):
+        for service in validate_cloud.CLIENTS:
             client = boto3.client(service, region_name=region, aws_access_key_id="x", aws_secret_access_key="x")
             stubber = Stubber(client)
-            for operation, response in answers[service]:
+            for operation, response in answers.get(service, []):
                 stubber.add_response(operation, _dates(response))
             stubber.activate()
             stubbers.append(stubber)

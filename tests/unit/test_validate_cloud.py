@@ -1,6 +1,6 @@
-"""`validate --cloud`: offerings and DescribeInstanceTypes from a real moto server; Service Quotas
-and DescribeCapacityReservations (not implemented in moto) through botocore's Stubber, with
-response shapes the Stubber validates against the real API model."""
+"""`validate --cloud`: offerings and DescribeInstanceTypes from a real moto server; Service Quotas,
+DescribeCapacityReservations (not implemented in moto) and FSx DescribeFileSystems through botocore's
+Stubber, with response shapes the Stubber validates against the real API model."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from gpufleet.errors import ExternalCommandFailed
 from gpufleet.findings import error
 from gpufleet.plan import build_plan
 from gpufleet.spec import load_stack
-from gpufleet.validate_cloud import P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings, modelled_rollout
+from gpufleet.validate_cloud import (FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE, P_INSTANCE_VCPU_QUOTA_CODE, cloud_findings,
+                                     modelled_rollout)
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 ACCOUNT = "123456789012"
@@ -73,6 +74,40 @@ def quota_response(region: str, value: float) -> dict:
 
 
 QUOTA_PARAMS = {"ServiceCode": "ec2", "QuotaCode": P_INSTANCE_VCPU_QUOTA_CODE}
+FSX_QUOTA_PARAMS = {"ServiceCode": "fsx", "QuotaCode": FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE}
+ROOMY_FSX_GIB = 1_000_000.0  # the default answer of tests about something else: prod's 278,400 GiB fits
+
+
+def fsx_quota_response(region: str, value: float) -> dict:
+    """GetServiceQuota for Lustre Persistent_2 storage capacity (default 100,800 GiB in a new account)."""
+    return {"Quota": {
+        "ServiceCode": "fsx", "ServiceName": "Amazon FSx",
+        "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT}:fsx/{FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE}",
+        "QuotaCode": FSX_PERSISTENT_2_CAPACITY_QUOTA_CODE, "QuotaName": "Lustre Persistent_2 storage capacity",
+        "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False,
+    }}
+
+
+def lustre(fs_id: str, region: str, gib: int, *, deployment: str = "PERSISTENT_2", storage_type: str = "SSD",
+           tags: dict[str, str] | None = None, lifecycle: str = "AVAILABLE") -> dict:
+    """One DescribeFileSystems item as FSx returns it for a Lustre file system."""
+    config: dict[str, Any] = {"WeeklyMaintenanceStartTime": "1:05:00", "DeploymentType": deployment,
+                              "MountName": "abcdefgh", "DataCompressionType": "LZ4"}
+    if deployment.startswith("PERSISTENT") and storage_type == "SSD":
+        config["PerUnitStorageThroughput"] = 250
+    item: dict[str, Any] = {
+        "OwnerId": ACCOUNT, "CreationTime": NOW - timedelta(days=90), "FileSystemId": fs_id,
+        "FileSystemType": "LUSTRE", "Lifecycle": lifecycle, "StorageType": storage_type,
+        "VpcId": "vpc-0123456789abcdef0", "SubnetIds": ["subnet-0123456789abcdef0"],
+        "NetworkInterfaceIds": ["eni-0123456789abcdef0"], "DNSName": f"{fs_id}.fsx.{region}.amazonaws.com",
+        "ResourceARN": f"arn:aws:fsx:{region}:{ACCOUNT}:file-system/{fs_id}",
+        "LustreConfiguration": config, "FileSystemTypeVersion": "2.15",
+    }
+    if storage_type != "INTELLIGENT_TIERING":
+        item["StorageCapacity"] = gib
+    if tags:  # FSx leaves Tags out of an untagged file system (the model's minimum length is 1)
+        item["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
+    return item
 
 
 def reservation(rid: str, *, az: str, count: int, itype: str = "p5.48xlarge", state: str = "active",
@@ -102,7 +137,9 @@ class Cloud:
         self.sq, self.sq_stub = stubbed("service-quotas", region)
         ec2_cr, self.cr_stub = stubbed("ec2", region)
         self.ec2 = Ec2Split(moto_client("ec2", region), ec2_cr)
+        self.fsx, self.fsx_stub = stubbed("fsx", region)
         self.region = region
+        self._fsx_answered = False
 
     def quota(self, value: float) -> "Cloud":
         self.sq_stub.add_response("get_service_quota", quota_response(self.region, value), QUOTA_PARAMS)
@@ -113,11 +150,26 @@ class Cloud:
                                   {"CapacityReservationIds": ids})
         return self
 
+    def file_systems(self, quota_gib: float, *pages: list[dict]) -> "Cloud":
+        """The FSx quota, then DescribeFileSystems page by page (NextToken between pages)."""
+        self.sq_stub.add_response("get_service_quota", fsx_quota_response(self.region, quota_gib), FSX_QUOTA_PARAMS)
+        for i, page in enumerate(pages or ([],)):
+            answer: dict[str, Any] = {"FileSystems": page}
+            if i + 1 < len(pages):
+                answer["NextToken"] = f"page-{i + 1}"
+            self.fsx_stub.add_response("describe_file_systems", answer, {"NextToken": f"page-{i}"} if i else {})
+        self._fsx_answered = True
+        return self
+
     def run(self, spec, plan, now: datetime = NOW):
-        with self.sq_stub, self.cr_stub:
-            findings = cloud_findings(spec, plan, clients={"ec2": self.ec2, "service-quotas": self.sq}, now=now)
+        if not spec.simulated and not self._fsx_answered:
+            self.file_systems(ROOMY_FSX_GIB)
+        clients = {"ec2": self.ec2, "service-quotas": self.sq, "fsx": self.fsx}
+        with self.sq_stub, self.cr_stub, self.fsx_stub:
+            findings = cloud_findings(spec, plan, clients=clients, now=now)
             self.sq_stub.assert_no_pending_responses()
             self.cr_stub.assert_no_pending_responses()
+            self.fsx_stub.assert_no_pending_responses()
         return findings
 
 
@@ -300,6 +352,70 @@ def test_storage_clients_not_offered_in_the_az_are_an_error_naming_their_field(c
                 if f.code == "STORAGE_CLIENT_TYPE_NOT_OFFERED"]
 
 
+# --- FSx for Lustre storage-capacity quota (AWS review B8; prod plans 278,400 GiB) ----------
+
+def test_prod_file_system_over_a_new_accounts_fsx_quota_is_an_error(cloud):
+    spec, plan = stack("prod")
+    assert plan.storage.capacity_gib == 278_400
+    items = [reservation(CR_A, az="us-east-2a", count=65), reservation(CR_B, az="us-east-2a", count=65)]
+    findings = cloud("us-east-2").quota(30_000.0).reservations([CR_A, CR_B], items).file_systems(100_800.0).run(spec, plan)
+    short, = findings
+    assert (short.level.value, short.code, short.field) == ("ERROR", "QUOTA_FSX_CAPACITY_SHORT", "gpufleet:storage")
+    assert "fsx/L-8F1B9C74" in short.message and "100,800 GiB" in short.message
+    assert "278,400 GiB" in short.message and "at least 177,600 GiB" in short.message
+
+
+def test_fsx_capacity_used_by_other_file_systems_counts_across_pages(cloud):
+    """Raised to 300,000 GiB, prod fits alone but not beside 2 x 14,400 GiB of other PERSISTENT_2
+    file systems on two pages; Scratch, Persistent_1, Intelligent-Tiering, deleting ones and prod's own
+    file system (its cluster and role tags) do not count."""
+    spec, plan = stack("prod")
+    region = "us-east-2"
+    own = lustre("fs-0000000000000prod", region, 278_400,
+                 tags={"gpufleet.io/cluster": "prod", "gpufleet.io/role": "lustre"})
+    page1 = [lustre("fs-0a000000000000001", region, 14_400), own,
+             lustre("fs-0a000000000000002", region, 50_000, deployment="SCRATCH_2"),
+             lustre("fs-0a000000000000003", region, 50_000, deployment="PERSISTENT_1")]
+    page2 = [lustre("fs-0a000000000000004", region, 14_400, tags={"gpufleet.io/cluster": "prod"}),
+             lustre("fs-0a000000000000005", region, 0, storage_type="INTELLIGENT_TIERING"),
+             lustre("fs-0a000000000000006", region, 90_000, lifecycle="DELETING")]
+    items = [reservation(CR_A, az="us-east-2a", count=65), reservation(CR_B, az="us-east-2a", count=65)]
+    c = cloud(region).quota(30_000.0).reservations([CR_A, CR_B], items).file_systems(300_000.0, page1, page2)
+    short, = c.run(spec, plan)
+    assert short.code == "QUOTA_FSX_CAPACITY_SHORT"
+    assert "2 other PERSISTENT_2 file system(s) hold 28,800 GiB" in short.message
+    assert "at least 7,200 GiB" in short.message
+    c = cloud(region).quota(30_000.0).reservations([CR_A, CR_B], items).file_systems(307_200.0, page1, page2)
+    assert c.run(spec, plan) == []
+
+
+def test_fsx_quota_falls_back_to_the_aws_default(cloud):
+    spec, plan = stack("dev")
+    c = cloud("us-east-1").quota(1_000.0)
+    c.sq_stub.add_client_error("get_service_quota", service_error_code="NoSuchResourceException",
+                               service_message="The request failed because the specified quota does not exist.",
+                               expected_params=FSX_QUOTA_PARAMS)
+    c.sq_stub.add_response("get_aws_default_service_quota", fsx_quota_response("us-east-1", 1_000.0),
+                           FSX_QUOTA_PARAMS)
+    c.fsx_stub.add_response("describe_file_systems", {"FileSystems": []}, {})
+    c._fsx_answered = True
+    short, = c.run(spec, plan)
+    assert short.code == "QUOTA_FSX_CAPACITY_SHORT" and "1,200 GiB" in short.message
+
+
+def test_fsx_describe_denied_is_a_warning_naming_the_fsx_action(cloud):
+    spec, plan = stack("dev")
+    c = cloud("us-east-1").quota(1_000.0)
+    c.sq_stub.add_response("get_service_quota", fsx_quota_response("us-east-1", 100_800.0), FSX_QUOTA_PARAMS)
+    c.fsx_stub.add_client_error("describe_file_systems", service_error_code="AccessDeniedException",
+                                service_message="not authorized to perform: fsx:DescribeFileSystems",
+                                http_status_code=400, expected_params={})
+    c._fsx_answered = True
+    denied, = c.run(spec, plan)
+    assert denied.code == "CLOUD_CHECK_DENIED" and denied.field == "gpufleet:storage"
+    assert "fsx:DescribeFileSystems" in denied.message
+
+
 # --- failures ---------------------------------------------------------------------------------
 
 def test_access_denied_on_quotas_is_a_warning_and_the_rest_still_runs(cloud):
@@ -356,7 +472,7 @@ def test_unreachable_endpoint_is_an_external_failure():
 def test_default_clients_use_the_stack_region_and_three_retries():
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
     clients = validate_cloud.make_clients("us-east-2", session)
-    assert set(clients) == {"ec2", "service-quotas"}
+    assert set(clients) == {"ec2", "service-quotas", "fsx"}
     for client in clients.values():
         assert client.meta.region_name == "us-east-2"
         assert client.meta.config.retries["total_max_attempts"] == 4  # max_attempts=3 counts retries
