@@ -440,6 +440,12 @@ def document_schemas() -> dict[str, str]:
                                     "records": {"type": "array", "items": {"$ref": "#/$defs/AdmissionRecord"}}},
                         ["directory", "records"], "gpufleet gate --json (one admission record per node)"),
                  "$defs": {"AdmissionRecord": {k: v for k, v in record.items() if k != "$defs"}, **record.get("$defs", {})}},
+        "doctor": _doc("doctor", 1, {
+            "host": {"type": "string"}, "bom": {"type": "string"}, "ok": {"type": "boolean"},
+            "differences": {"type": "array", "items": {
+                "type": "object", "required": ["check", "expected", "found", "source"], "additionalProperties": False,
+                "properties": {k: {"type": "string"} for k in ("check", "expected", "found", "source")}}}},
+            ["host", "bom", "ok", "differences"], "gpufleet doctor --json (what differs on one node)"),
         "remediation": _doc("remediation", 1, {"rows": {"type": "array", "items": {
             "type": "object", "required": ["code", "steps", "source"], "additionalProperties": False,
             "properties": {"code": {"type": "string"}, "steps": {"type": "array", "items": {

@@ -11,11 +11,18 @@ import json
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
+from gpufleet.envelope import dumps, envelope
 from gpufleet.errors import DriftDetected, ExternalCommandFailed
+
+
+def document(stack: str, host: str, bom: str, diffs: Sequence[Any]) -> dict[str, Any]:
+    """`gpufleet doctor --json`: the host, the BOM it was read against and each difference."""
+    return envelope("doctor", stack, {"host": host, "bom": bom, "ok": not diffs,
+                                      "differences": [asdict(d) for d in diffs]}, schema_version=1)
 
 
 def read_node(executor: Any, host: str, pool: str | None, dest: Path) -> dict[str, Any]:
@@ -41,7 +48,8 @@ def read_node(executor: Any, host: str, pool: str | None, dest: Path) -> dict[st
 @click.option("-s", "--stack", required=True, help="Stack name: stacks/Pulumi.<stack>.yaml")
 @click.option("--host", required=True, help="The node's address (SSH, as the rollout reaches it).")
 @click.option("--user", default=None, help="SSH user (default: the AMI family's, ubuntu or ec2-user).")
-@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the differences as one JSON document (the envelope every JSON has; `differences`).")
 def doctor(stack: str, host: str, user: str | None, as_json: bool) -> None:
     """Read one node and say what differs from the BOM and the roles (exit 4 when anything does)."""
     from gpufleet.bom import load_bom, resolve_bom_path
@@ -59,8 +67,8 @@ def doctor(stack: str, host: str, user: str | None, as_json: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="gpufleet-doctor-") as tmp:
         collected = read_node(executor, host, spec.pool.type, Path(tmp))
     diffs = findings(collected, bom, spec.pool.type)
-    if as_json:
-        click.echo(json.dumps([asdict(d) for d in diffs], indent=2))
+    if as_json:  # the envelope every JSON has (issue 23 item 8), not a bare list
+        click.echo(dumps(document(stack, host, bom.name, diffs)))
     elif diffs:
         click.echo(f"{host}: {len(diffs)} difference(s) from BOM {bom.name} and the roles:")
         for d in diffs:
