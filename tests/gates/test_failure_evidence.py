@@ -135,7 +135,8 @@ def test_bad_manifests_cost_their_node_a_retest_and_nobody_else_anything(tmp_pat
         check = next(c for c in rec["checks"] if c["check_id"] == "bundle.manifest")
         assert check["verdict"] == "REMEDIATE" and check["measured"].startswith(problem), (name, check["measured"])
         assert (out / f"{name}.json").is_file()
-    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.json" for n in recs] + ["junit.xml"])
+    report = ["gate.json", "gate.md", "gate-junit.xml", "gate.html"]  # --out also holds the gate report
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.json" for n in recs] + ["junit.xml"] + report)
 
 
 def test_a_bundle_without_manifest_is_gated_and_retested(tmp_path):

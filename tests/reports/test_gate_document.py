@@ -82,12 +82,59 @@ def test_gate_command_writes_the_report(tmp_path):
     d = tmp_path / "bundles"
     for s in (synth.NodeSpec(slot="ok"), synth.NodeSpec(slot="slow", intra_busbw=300.0)):
         synth.write_node(d / s.slot, s)
-    r = CliRunner().invoke(main, ["gate", str(d), "--no-versions", "--workers", "1", "--out", str(tmp_path / "out"),
-                                  "--report-dir", str(tmp_path / "report")])
+    r = CliRunner().invoke(main, ["gate", str(d), "--no-versions", "--workers", "1", "--out", str(tmp_path / "report")])
     assert r.exit_code == 3, r.output
+    assert "deprecated" not in r.stderr
     names = sorted(p.name for p in (tmp_path / "report").iterdir())
-    assert names == ["gate-junit.xml", "gate.html", "gate.json", "gate.md"]
+    assert names == ["gate-junit.xml", "gate.html", "gate.json", "gate.md", "junit.xml", "ok.json", "slow.json"]
     assert [x["slot"] for x in json.loads((tmp_path / "report" / "gate.json").read_text())] == ["ok", "slow"]
-    assert (tmp_path / "report" / "gate-junit.xml").read_text() == (tmp_path / "out" / "junit.xml").read_text()
+    assert (tmp_path / "report" / "gate-junit.xml").read_text() == (tmp_path / "report" / "junit.xml").read_text()
     assert 'data-label="slow"' in (tmp_path / "report" / "gate.html").read_text()
     assert "**❌ FAILED**" in (tmp_path / "report" / "gate.md").read_text()
+
+
+def _two_bundles(tmp_path):
+    d = tmp_path / "bundles"
+    for s in (synth.NodeSpec(slot="ok"), synth.NodeSpec(slot="slow", intra_busbw=300.0)):
+        synth.write_node(d / s.slot, s)
+    return d
+
+
+def test_report_dir_is_a_hidden_deprecated_name_of_out(tmp_path):
+    """One flag name per concept (issue 23 item 8): --report-dir still writes what --out writes, with
+    a one-line note on stderr, and is gone from --help."""
+    import json
+
+    from click.testing import CliRunner
+
+    from gpufleet.cli import main
+
+    d = _two_bundles(tmp_path)
+    base = ["gate", str(d), "--no-versions", "--workers", "1"]
+    old = CliRunner().invoke(main, [*base, "--report-dir", str(tmp_path / "old")])
+    new = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "new")])
+    assert old.exit_code == new.exit_code == 3, old.output
+    notes = [line for line in old.stderr.splitlines() if "deprecated" in line]
+    assert notes == ["gpufleet: warning: gate --report-dir is deprecated; use --out (the same folder)"]
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == sorted(p.name for p in (tmp_path / "new").iterdir())
+    verdicts = lambda top: {x["slot"]: x["action"] for x in json.loads((top / "gate.json").read_text())}  # noqa: E731
+    assert verdicts(tmp_path / "old") == verdicts(tmp_path / "new") == {"ok": "admit", "slow": "quarantine"}
+    helped = CliRunner().invoke(main, ["gate", "--help"])
+    assert "--out" in helped.output and "--report-dir" not in helped.output
+    same = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "x"), "--report-dir", str(tmp_path / "x")])
+    assert same.exit_code == 3, same.output
+    both = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "a"), "--report-dir", str(tmp_path / "b")])
+    assert both.exit_code == 2 and "name different folders" in both.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_node_named_like_the_report_is_refused_before_anything_is_written(tmp_path):
+    from click.testing import CliRunner
+
+    from gpufleet.cli import main
+
+    synth.write_node(tmp_path / "bundles" / "gate", synth.NodeSpec(slot="gate"))
+    r = CliRunner().invoke(main, ["gate", str(tmp_path / "bundles"), "--no-versions", "--workers", "1",
+                                  "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "gate.json" in r.output, r.output
+    assert not (tmp_path / "out").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from gpufleet.errors import ConfigError, GateFailed
+from gpufleet.errors import ConfigError, GateFailed, UsageError
 
 
 def _expected_versions(stack: str | None, bom_file: Path | None, no_versions: bool) -> tuple[dict, str | None, str]:
@@ -78,6 +78,21 @@ def _known_instance_type(bundle) -> None:
             raise ConfigError(str(exc.args[0]), path=str(Path(bundle.path) / MANIFEST), field="instance_type") from None
 
 
+REPORT_JSON = "gate.json"  # the gate report beside the records: no node's record may take its name
+
+
+def _out_or_report_dir(out_dir: Path | None, report_dir: Path | None) -> Path | None:
+    """`--report-dir` is the old name of `--out` (issue 23 item 8: `--out` across commands): it still
+    works, with a note on stderr; both naming different folders is a usage error."""
+    if report_dir is None:
+        return out_dir
+    click.echo("gpufleet: warning: gate --report-dir is deprecated; use --out (the same folder)", err=True)
+    if out_dir is not None and out_dir != report_dir:
+        raise UsageError(f"--out {out_dir} and --report-dir {report_dir} name different folders", field="--report-dir",
+                         expected="--out DIR alone (--report-dir is its deprecated name)")
+    return report_dir
+
+
 @click.command("gate")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--instance-type", default=None, help="Instance type (default: each manifest's, else p5.48xlarge).")
@@ -92,12 +107,13 @@ def _known_instance_type(bundle) -> None:
               help="Every node must hold this image and run it with all GPUs (default: the stack's "
                    "acceptance.workloadImage with -s; else no image checks).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write one admission record per node and junit.xml here.")
+              help="Write one admission record per node, junit.xml and the gate report here: gate.json "
+                   "(the records), gate.md, gate-junit.xml, gate.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON (the envelope; `records`).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Processes that read and check bundles (default: one per CPU; 1: this process only).")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the gate report here: gate.json (the records), gate.md, gate-junit.xml, gate.html.")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), default=None, hidden=True,
+              help="Deprecated: --out (one flag name per concept across commands).")
 def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file: Path | None, no_versions: bool,
          dcgm_level: int, no_lustre: bool, workload_image: str | None, out_dir: Path | None, as_json: bool,
          workers: int | None, report_dir: Path | None) -> None:
@@ -110,6 +126,7 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
 
     if not directory.is_dir():
         raise ConfigError("not a folder of bundles", path=str(directory), expected="an existing directory")
+    out_dir = _out_or_report_dir(out_dir, report_dir)
     if instance_type is not None:
         try:
             catalog.get(instance_type)
@@ -136,17 +153,18 @@ def gate(directory: Path, instance_type: str | None, stack: str | None, bom_file
     except B.BundleError as exc:
         raise ConfigError(str(exc)) from None
     if out_dir is not None:
+        from gpufleet.reports.gate_document import gate_document, gate_junit
+        from gpufleet.reports.write import write_report
+
+        if any(f"{r.slot}.json" == REPORT_JSON for r in records):
+            raise ConfigError(f"a node named {REPORT_JSON[:-5]!r}: its admission record would overwrite the gate "
+                              f"report's {REPORT_JSON}", path=str(out_dir), field="--out",
+                              expected=f"no bundle folder named {REPORT_JSON[:-5]!r}")
         out_dir.mkdir(parents=True, exist_ok=True)
         for r in records:
             (out_dir / f"{r.slot}.json").write_text(r.model_dump_json(indent=2), encoding="utf-8")
-        from gpufleet.reports.gate_document import gate_junit
-
         (out_dir / "junit.xml").write_text(gate_junit(records), encoding="utf-8")
-    if report_dir is not None:
-        from gpufleet.reports.gate_document import gate_document
-        from gpufleet.reports.write import write_report
-
-        write_report(gate_document(records), records, report_dir, "gate")
+        write_report(gate_document(records), records, out_dir, "gate")
     if as_json:
         from gpufleet.envelope import dumps, envelope  # the one JSON style (issue 23 item 8)
 
