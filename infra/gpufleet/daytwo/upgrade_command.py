@@ -55,8 +55,8 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
                 outcome = up.run()
             else:
                 nothing = up.start(previous_bom)
-                if nothing is not None:
-                    click.echo(nothing.message)
+                if nothing is not None:  # the envelope with an empty body under --json, as every JSON has
+                    click.echo(_nothing_json(d, stack, nothing) if as_json else nothing.message)
                     return
                 outcome = up.run()
         paths = write(d, outcome, d.project.reports_dir(stack))
@@ -69,6 +69,16 @@ def upgrade(stack: str, resume: bool, dry_run: bool, rollback: bool, previous_bo
     click.echo("reports: " + ", ".join(str(p) for p in paths.values()), err=as_json)
     if outcome.halted:
         raise GateFailed(f"upgrade halted: {outcome.message}")
+
+
+def _nothing_json(d, stack: str, nothing) -> str:
+    """`upgrade --json` with nothing to do: the report with stage "none", no group, the target BOM."""
+    from gpufleet.bom import load_bom
+    from gpufleet.daytwo.upgrade_report import build
+
+    report = build(stack, nothing)
+    return report.model_copy(update={"target_digest": load_bom(d.project.path(d.spec.image.bom)).digest()}
+                             ).model_dump_json(indent=2)
 
 
 def _dry_run(d, previous_bom) -> None:
