@@ -12,7 +12,6 @@ captured registrations. Codes, in the style of AWS ParallelCluster's validators:
 | AWS_NAME_TOO_LONG | S3 bucket_prefix <= 37, IAM role name (autonamed: +8) <= 64 | NAME_SOURCES |
 | AWS_POD_IP_BUDGET (WARNING) | maxPods over the VPC CNI's pod IPs on card 0: kubelet gets the budget | POD_IP_SOURCE |
 | AWS_FSX_TIERING_S3_LINK | Intelligent-Tiering FSx takes no S3 data repository link | FSX_TIERING_SOURCE |
-| AWS_FSX_EFA_CLIENTS_TCP (WARNING) | an EFA-enabled FSx needs LNet over EFA on the clients | FSX_EFA_CLIENT_SOURCE |
 """
 
 from __future__ import annotations
@@ -130,8 +129,6 @@ def kubelet_max_pods(spec: ClusterSpec) -> int | None:
 # --- FSx ------------------------------------------------------------------------------------
 FSX_TIERING_SOURCE = ("https://docs.aws.amazon.com/fsx/latest/LustreGuide/fsx-data-repositories.html "
                       "(\"Intelligent-Tiering file systems don't support linking to Amazon S3 data repositories\")")
-FSX_EFA_CLIENT_SOURCE = ("https://docs.aws.amazon.com/eks/latest/userguide/fsx-csi-tuning-efa.html (EFA clients need "
-                         "the EFA driver >= 2.12.1 and LNet configured over the EFA devices)")
 FSX_BACKUP_SOURCE = ("https://docs.aws.amazon.com/fsx/latest/LustreGuide/fsx-data-repositories.html (\"File system "
                      "backups aren't supported on file systems that are linked an Amazon S3 data repository\"); "
                      "https://docs.aws.amazon.com/fsx/latest/LustreGuide/using-backups-fsx.html")
@@ -187,13 +184,9 @@ def _pod_ips(spec: ClusterSpec) -> list[Finding]:
 
 def _fsx(spec: ClusterSpec) -> list[Finding]:
     s = spec.storage
-    out = []
-    if s.efa_enabled:
-        instance = spec.cluster.instance
-        out.append(warning("AWS_FSX_EFA_CLIENTS_TCP", "gpufleet:storage.efaEnabled",
-                           "the file system is EFA-enabled, but no role configures LNet over EFA on the clients: "
-                           f"they mount over TCP through the one ENA on network card 0 of a {instance.name}, not "
-                           f"the EFA bandwidth the storage plan credits ({FSX_EFA_CLIENT_SOURCE})"))
+    out: list[Finding] = []
+    # An EFA-enabled file system: the lustre_client role configures LNet over EFA as AWS documents
+    # (gpufleet.configure.extravars.lustre_efa_extravars; every catalog type has EFA), so no finding.
     if s.storage_class != "INTELLIGENT_TIERING" or not (s.import_path or s.export_path):
         return out
     return out + [error("AWS_FSX_TIERING_S3_LINK", "gpufleet:storage.storageClass",

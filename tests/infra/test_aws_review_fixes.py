@@ -272,9 +272,9 @@ def test_validate_names_each_aws_rule_a_stack_breaks(tmp_path):
     assert preview.exit_code == 2 and "AWS_CAPACITY_BLOCK_TOO_SMALL" in preview.output
 
 
-def test_b4_an_efa_enabled_file_system_warns_that_clients_mount_over_tcp(prod, dev):
-    """Not fixed here (the lustre_client role configures no LNet over EFA): said, not hidden."""
-    found = [f for f in prod.plan.findings if f.code == "AWS_FSX_EFA_CLIENTS_TCP"]
-    assert prod.spec.storage.efa_enabled and [f.level.value for f in found] == ["WARNING"]
-    assert "fsx-csi-tuning-efa.html" in found[0].message
-    assert not dev.spec.storage.efa_enabled and not [f for f in dev.plan.findings if f.code == "AWS_FSX_EFA_CLIENTS_TCP"]
+def test_b4_an_efa_enabled_file_system_no_longer_warns_of_tcp_clients(prod, dev):
+    """Fixed: the lustre_client role configures LNet over EFA for an EFA-enabled file system
+    (tests/configure/test_lustre_efa.py), so the TCP warning is gone."""
+    assert prod.spec.storage.efa_enabled
+    assert not [f for f in prod.plan.findings if f.code.startswith("AWS_FSX_EFA")]
+    assert not [f for f in dev.plan.findings if f.code.startswith("AWS_FSX_EFA")]

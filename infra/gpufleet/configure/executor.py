@@ -10,6 +10,7 @@ never mixes its files with an older bundle's.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -151,6 +152,8 @@ def stack_executor(spec: ClusterSpec, project: Project, stack: str, connection: 
     join every configure run (the Slurm controller)."""
     instance = catalog.CATALOG[spec.cluster.instance_type]
     bom = bom or load_bom(resolve_bom_path(spec, project))
+    if lustre and spec.storage.efa_enabled:  # the GPU nodes reach an EFA-enabled file system over EFA
+        lustre = dataclasses.replace(lustre, efa=True)
     site_vars = configure_extravars(bom, spec.image.os, instance, lustre=lustre, munge_secret_id=munge_secret_id,
                                     region=spec.cluster.region) | dict(slurm_vars or {})
     runner = AnsibleConfigurator(project.state_dir(stack), playbook_dir=project.playbooks_dir, forks=forks)

@@ -18,11 +18,28 @@ from gpufleet.errors import ConfigError
 
 @dataclass(frozen=True)
 class LustreMount:
-    """What the storage component exports: FSx DNS name and Lustre mount name."""
+    """What the storage component exports: FSx DNS name and Lustre mount name; `efa`: the file
+    system is EFA-enabled (gpufleet:storage.efaEnabled), so clients configure LNet over EFA."""
 
     dns_name: str
     mount_name: str
     mount_path: str = "/fsx"
+    efa: bool = False
+
+
+# AWS's EFA client setup for FSx for Lustre (https://docs.aws.amazon.com/eks/latest/userguide/fsx-csi-tuning-efa.html):
+# on p5/p5e (32 EFA devices) one efa NI on every 4th device, one per PCIe switch; on other instances the
+# first and the last device (0: that rule).
+LUSTRE_EFA_STRIDE = {"p5.48xlarge": 4, "p5e.48xlarge": 4}
+
+
+def lustre_efa_extravars(instance: catalog.InstanceType) -> dict[str, Any]:
+    """The lustre_client role's LNet-over-EFA inputs; an instance without EFA cannot be an EFA client."""
+    if instance.efa_interfaces == 0:
+        raise ConfigError(f"gpufleet:storage.efaEnabled: {instance.name} has no EFA interface, so its Lustre "
+                          "client cannot use an EFA-enabled file system; expected an EFA instance type or "
+                          "efaEnabled: false")
+    return {"lustre_client_efa": True, "lustre_client_efa_stride": LUSTRE_EFA_STRIDE.get(instance.name, 0)}
 
 
 def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
@@ -62,6 +79,8 @@ def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
     if lustre:
         out |= {"lustre_client_fs_dns": lustre.dns_name, "lustre_client_mount_name": lustre.mount_name,
                 "lustre_client_mount_path": lustre.mount_path}
+        if lustre.efa:
+            out |= lustre_efa_extravars(instance)
     if munge_secret_id:
         out |= {"munge_key_secret_id": munge_secret_id, "munge_key_region": region or ""}
     if bom.slurm_containers is not None:  # roles enroot and pyxis (Slurm nodes of a stack with a workload image)
