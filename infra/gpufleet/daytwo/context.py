@@ -98,8 +98,31 @@ def _pool_wiring(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: 
     from gpufleet.rollout.wiring import Wiring
 
     pool = pool_for(spec, project, stack, plan=plan)
-    return Wiring(Adapters(provisioner=None, executor=None, pool=pool, clock=WallClock()),  # type: ignore[arg-type]
+    # a simulated stack's pool change reads the job stream at the simulated clock's now, as patrol does
+    # (resumed below from the journals); the change itself takes no modelled time
+    clock = _simulated_clock() if spec.simulated else WallClock()
+    return Wiring(Adapters(provisioner=None, executor=None, pool=pool, clock=clock),  # type: ignore[arg-type]
                   threaded=False)
+
+
+def _simulated_clock() -> Any:
+    from gpufleet.sim.clock import VirtualClock
+
+    return VirtualClock()  # the simulator's own start (gpufleet.sim.fleet): its records' decided_at
+
+
+def _streams(spec: ClusterSpec, pool: Any) -> bool:
+    """The stack sets `gpufleet:simulator.jobStream` and its pool takes live work (the sim pool)."""
+    return spec.simulator is not None and spec.simulator.job_stream and hasattr(pool, "work")
+
+
+def _raw_record(records: dict[str, Any], rollout: RolloutState, slot: str) -> Any:
+    """The slot's current admission record as stored: a day-two admission wins over the rollout's."""
+    raw = records.get(slot)
+    if raw is None:
+        n = rollout.nodes.get(slot)
+        raw = n.record if n is not None and n.stage is NodeStage.ADMITTED else None
+    return raw
 
 
 def _attach_stream(d: DayTwo) -> None:
@@ -110,10 +133,7 @@ def _attach_stream(d: DayTwo) -> None:
     seen: dict[str, tuple[Any, datetime | None]] = {}  # slot -> (its raw record, decided_at): parse once
 
     def admitted_at(slot: str) -> datetime | None:
-        raw = d.journal.state.records.get(slot)
-        if raw is None:
-            n = d.rollout.nodes.get(slot)
-            raw = n.record if n is not None and n.stage is NodeStage.ADMITTED else None
+        raw = _raw_record(d.journal.state.records, d.rollout, slot)
         known = seen.get(slot)
         if known is None or known[0] is not raw:
             at = AdmissionRecord.model_validate(raw).decided_at if raw is not None else None
@@ -121,6 +141,52 @@ def _attach_stream(d: DayTwo) -> None:
         return known[1]
 
     d.pool.work = for_plan(d.plan, d.spec, d.now, admitted_at)
+
+
+class _JournalStream:
+    """The job stream for a reader that holds no lock (`pool_view`): each call reads both journals
+    again, as they stand (another process may have admitted, quarantined or upgraded since), resumes
+    the simulated clock from them as `open_day_two` does, and asks the stream at that now."""
+
+    def __init__(self, spec: ClusterSpec, plan: ClusterPlan, store: Any, daytwo: Any) -> None:
+        self.spec, self.plan, self.store, self.daytwo = spec, plan, store, daytwo
+
+    def __call__(self, admitted: Any) -> Any:
+        from gpufleet.daytwo.state import fold as fold_daytwo
+        from gpufleet.rollout.state import fold as fold_rollout
+        from gpufleet.sim.jobs_pool import for_plan
+
+        rollout = fold_rollout(self.store.read(False) if self.store.exists() else [])
+        daytwo = fold_daytwo(self.daytwo.read(False) if self.daytwo.exists() else [])
+        records = daytwo.records
+        clock = _simulated_clock()
+        _resume_clock(clock, rollout, self.spec.rollout.pipelining, daytwo.clock)
+
+        def admitted_at(slot: str) -> datetime | None:
+            raw = _raw_record(records, rollout, slot)
+            return AdmissionRecord.model_validate(raw).decided_at if raw is not None else None
+
+        return for_plan(self.plan, self.spec, clock.now, admitted_at)(admitted)
+
+
+def pool_view(spec: ClusterSpec, project: Project, stack: str, *, plan: ClusterPlan | None = None) -> Any:
+    """The stack's pool as its day-two commands see it, for a reader that takes no lock (`ops serve`
+    answers /metrics while an operator or a rollout holds the lock): `pool_for`'s adapter, with the
+    job stream's running jobs on a stack that sets `gpufleet:simulator.jobStream`, so Prometheus's
+    busy-gated alerts see what patrol yields to."""
+    from gpufleet.plan import build_plan
+    from gpufleet.pool.factory import pool_for
+    from gpufleet.rollout.backends import open_backend
+    from gpufleet.rollout.lock import LockInfo
+
+    plan = plan or build_plan(spec)
+    pool = pool_for(spec, project, stack, plan=plan)
+    if _streams(spec, pool) and spec.simulated:
+        state_dir = project.state_dir(stack)
+        store, _lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack, "pool view"),
+                                    region=spec.cluster.region)  # the lock is never taken: a reader
+        pool.work = _JournalStream(spec, plan, store, daytwo_store(store, state_dir, stack))  # type: ignore[attr-defined]
+    return pool
 
 
 @contextmanager
@@ -157,7 +223,7 @@ def open_day_two(stack: str, command: str, *, force_unlock: bool = False,
             d = DayTwo(project=project, spec=spec, plan=plan, stack=stack, state_dir=state_dir,
                        adapters=wiring.adapters, settings=gate_settings(spec, project), rollout=rollout,
                        journal=journal, who=actor(spec.simulated), simulator=wiring.simulator)
-            if spec.simulator is not None and spec.simulator.job_stream and hasattr(d.pool, "work"):
+            if _streams(spec, d.pool):
                 _attach_stream(d)
             yield d
         finally:

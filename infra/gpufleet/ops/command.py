@@ -144,8 +144,8 @@ def token(stack: str, rotate: bool) -> None:
 def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate: float, burst: int,
           read_timeout: float, tls_cert: str | None, tls_key: str | None, client_ca: str | None) -> None:
     """Receive Alertmanager notifications: quarantine within the alert budget, page beyond it."""
+    from gpufleet.daytwo.context import pool_view
     from gpufleet.ops import actions, audit, server
-    from gpufleet.pool.factory import pool_for
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) <= 65535:
@@ -162,7 +162,8 @@ def serve(stack: str, listen: str, token_file: Path | None, no_auth: bool, rate:
     handler = logging.StreamHandler()
     handler.setFormatter(server.SafeFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    the_pool = pool_for(spec, project, stack)
+    # /metrics: the pool as patrol sees it (on a simulated stack, with the job stream's busy nodes), lock-free
+    the_pool = pool_view(spec, project, stack)
 
     def audited(what: str, why: str, details: dict[str, Any]) -> None:
         who = actions.ACTOR if what == "webhook accepted" else f"webhook caller {details.get('caller')}"
