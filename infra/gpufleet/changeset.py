@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterable, Sequence
 from gpufleet.errors import GpufleetError, UsageError
 
 # What a change does, in the order the table lists them (the most consequential last, where the eye lands).
-ACTIONS = ("create", "launch", "configure", "admit", "drain", "release", "backup", "terminate", "delete")
+ACTIONS = ("create", "launch", "configure", "admit", "drain", "release", "stop", "backup", "terminate", "delete")
 # Actions that cost money per hour (positive) or stop costing it (negative) when they carry a price.
-_COST_SIGN = {"launch": 1, "terminate": -1}
+# A stopped instance no longer bills its instance-hours (its volumes do, which the table leaves out).
+_COST_SIGN = {"launch": 1, "stop": -1, "terminate": -1}
 
 
 class Decision(Enum):

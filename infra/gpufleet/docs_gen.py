@@ -368,6 +368,28 @@ def _from_model(kind: str, model: type[BaseModel], title: str) -> dict[str, Any]
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, **schema}
 
 
+def _changeset_schema() -> dict[str, Any]:
+    """`--dry-run --json` of a command that buys, terminates, drains or deletes (gpufleet.changeset)."""
+    from gpufleet.changeset import ACTIONS
+
+    money = {"type": ["number", "null"]}
+    return _doc("changeset", 1, {
+        "command": {"type": "string"}, "simulated": {"type": "boolean"}, "empty": {"type": "boolean"},
+        "summary": {"type": "array", "items": {
+            "type": "object", "required": ["action", "kind", "count", "targets"], "additionalProperties": False,
+            "properties": {"action": {"enum": list(ACTIONS)}, "kind": {"type": "string"},
+                           "count": {"type": "integer", "minimum": 1}, "targets": {"type": "string"}}}},
+        "changes": {"type": "array", "items": {
+            "type": "object", "required": ["action", "kind", "target", "detail", "usd_per_hour"],
+            "additionalProperties": False,
+            "properties": {"action": {"enum": list(ACTIONS)}, "kind": {"type": "string"},
+                           "target": {"type": "string"}, "detail": {"type": "string"}, "usd_per_hour": money}}},
+        "usd_per_hour_delta": money, "price_note": {"type": "string"},
+        "notes": {"type": "array", "items": {"type": "string"}}},
+        ["command", "simulated", "empty", "summary", "changes", "usd_per_hour_delta", "price_note", "notes"],
+        "gpufleet rollout|upgrade --dry-run --json (what the command would buy, terminate, drain or delete)")
+
+
 def document_schemas() -> dict[str, str]:
     from gpufleet.cost.report import CostReport
     from gpufleet.daytwo.patrol_report import PatrolReport
@@ -451,6 +473,7 @@ def document_schemas() -> dict[str, str]:
             "properties": {"code": {"type": "string"}, "steps": {"type": "array", "items": {
                 "enum": ["reset-gpu", "reboot", "replace", "quarantine"]}}, "source": {"type": "string"}}}}},
             ["rows"], "gpufleet ops remediation --json"),
+        "changeset": _changeset_schema(),
         "rollout": _from_model("rollout", RolloutReport, "gpufleet rollout --json and reports/<stack>/rollout.json"),
         "upgrade": _from_model("upgrade", UpgradeReport, "gpufleet upgrade --json and reports/<stack>/upgrade.json"),
         "cost": _from_model("cost", CostReport, "gpufleet cost --json and reports/<stack>/cost.json"),

@@ -117,14 +117,15 @@ exit "$failed"
 # One part of a rollout: exit 124 from `timeout` is "this part's time is up, the next part resumes".
 # A rollout that does not stop on the interrupt within KILL_AFTER is killed (137): its journal is
 # crash-safe, but its lock stays held by a runner that is gone, so the next part takes it
-# (--force-unlock, only then: the part before it in this pipeline was the holder).
+# (--force-unlock, only then: the part before it in this pipeline was the holder). `--yes`: a
+# runner has no terminal, and the environment's required reviewers were the confirmation.
 PART_SCRIPT = """\
 set +e
 unlock=()
 if [ "${PREVIOUS_KILLED:-false}" = "true" ]; then
   unlock=(--force-unlock)
 fi
-timeout --signal=INT --kill-after="${KILL_AFTER:-2m}" "${PART_MINUTES}m" gpufleet rollout -s "$STACK" --resume "${unlock[@]}"
+timeout --signal=INT --kill-after="${KILL_AFTER:-2m}" "${PART_MINUTES}m" gpufleet rollout -s "$STACK" --resume --yes "${unlock[@]}"
 rc=$?
 set -e
 if [ "$rc" -eq 137 ]; then

@@ -14,6 +14,7 @@ journal and start over.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -23,9 +24,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpufleet.changeset_command import yes_option
 from gpufleet.errors import GateFailed, UsageError
 
 if TYPE_CHECKING:
+    from gpufleet.changeset import ChangeSet
     from gpufleet.plan.model import ClusterPlan
     from gpufleet.project import Project
     from gpufleet.rollout.journal import Journal
@@ -40,20 +43,24 @@ if TYPE_CHECKING:
 @click.option("--retry-stage", type=click.Choice(["storage", "network", "smoke"]), default=None,
               help="Run this failed acceptance stage again (after fixing its cause) and continue the rollout.")
 @click.option("--until-batch", type=click.IntRange(1), default=None, help="Stop after this batch (resume later).")
-@click.option("--dry-run", is_flag=True, help="Print the batches and what the journal already decided; change nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the change set, the batches and what the journal already decided; change nothing.")
 @click.option("--force-unlock", is_flag=True,
               help="Take the stack's lock even when another host holds it (only once that rollout is gone).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the rollout report as JSON on stdout (the live view goes to stderr).")
+@yes_option
 def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, until_batch: int | None,
-            dry_run: bool, force_unlock: bool, as_json: bool = False) -> None:
+            dry_run: bool, force_unlock: bool, as_json: bool = False, yes: bool = False) -> None:
     """Provision, configure, gate and admit the stack's nodes, batch by batch, canary first."""
     from gpufleet.findings import has_errors
     from gpufleet.plan import plan_stack
     from gpufleet.project import current_project
     from gpufleet.rollout.backends import open_backend
+    from gpufleet.changeset_command import confirm_changes
     from gpufleet.rollout.journal import Journal
     from gpufleet.rollout.lock import LockInfo
+    from gpufleet.rollout.state import RolloutState
     from gpufleet.spec import load_stack_path
 
     if resume and restart:
@@ -81,8 +88,17 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
                                force=force_unlock, warn=warn, region=spec.cluster.region)
     if dry_run:
         journal = Journal(store, stack)
-        _dry_run(plan, journal.load(repair=False), store.location)
+        state = journal.load(repair=False)
+        _dry_run(plan, state, store.location, err=as_json)
+        confirm_changes(_changes(spec, plan, state, stack, until_batch), yes=yes, dry_run=True, as_json=as_json)
+        click.echo("dry run: nothing was provisioned, configured or changed", err=as_json)
         return
+    # the change set, shown (and confirmed) before the lock is taken or anything is written
+    # (a restart archives the journal, even a damaged one: everything runs again)
+    before = RolloutState() if restart else Journal(store, stack).load(repair=False)
+    if before.unfinished and not resume:
+        _refuse_unfinished(stack, store.location)
+    confirm_changes(_changes(spec, plan, before, stack, until_batch), yes=yes, as_json=as_json)
     with lock:
         if restart and store.exists():
             click.echo(f"gpufleet: archived the previous journal to {store.archive()}", err=True)
@@ -93,9 +109,7 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
         journal = Journal(store, stack)
         state = journal.load(repair=True)
         if state.unfinished and not resume:
-            raise UsageError(f"{stack} has an unfinished rollout in {store.location}",
-                             field="--resume", expected="--resume to continue it, or --restart to archive "
-                                                        "its journal and start again")
+            _refuse_unfinished(stack, store.location)
         if retry_stage is not None and not state.started:
             raise UsageError(f"{stack} has no rollout journal in {store.location}: no acceptance stage has run, "
                              "so there is nothing to retry", field="--retry-stage",
@@ -106,6 +120,25 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
             _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage, as_json)
         finally:
             journal.close()
+
+
+def _refuse_unfinished(stack: str, location: str) -> None:
+    raise UsageError(f"{stack} has an unfinished rollout in {location}",
+                     field="--resume", expected="--resume to continue it, or --restart to archive "
+                                                "its journal and start again")
+
+
+def _changes(spec: "ClusterSpec", plan: "ClusterPlan", state: "RolloutState", stack: str,
+             until_batch: int | None) -> "ChangeSet":
+    """The rollout's change set for the journal's state (gpufleet.rollout.changes), priced."""
+    from gpufleet.changeset_command import hourly_price
+    from gpufleet.rollout.changes import rollout_changes
+
+    usd, note = hourly_price(spec)
+    clients = (spec.acceptance.storage_clients, spec.acceptance.storage_client_type) if not spec.simulated else None
+    return rollout_changes(plan, state, stack, until_batch=until_batch, simulated=spec.simulated,
+                           usd_per_hour=usd, price_note=note, storage_clients=clients,
+                           replace_action=spec.rollout.replace_action)
 
 
 def _archive_simulated_world(state_dir: Path, simulated_pool: bool) -> list[Path]:
@@ -266,19 +299,19 @@ def _ratio(t) -> str:
     return f"{t['windowed_s'] / t['lower_bound_s']:.2f}x" if t["lower_bound_s"] else "no ratio: nothing ran"
 
 
-def _dry_run(plan, state, location: str) -> None:
-    click.echo(f"journal: {location} ({state.events} events; "
-               f"{'halted: ' + state.halt_reason if state.halted else 'finished' if state.finished else 'unfinished' if state.started else 'none yet'})")
+def _dry_run(plan, state, location: str, err: bool = False) -> None:
+    echo = functools.partial(click.echo, err=err)  # stderr when stdout carries the change set's JSON
+    echo(f"journal: {location} ({state.events} events; "
+         f"{'halted: ' + state.halt_reason if state.halted else 'finished' if state.finished else 'unfinished' if state.started else 'none yet'})")
     for name, a in state.acceptance.items():
-        click.echo(f"acceptance {name}: {a.status.value} (attempt {a.attempt})"
-                   + (f" {', '.join(a.reason_codes)}" if a.reason_codes else ""))
+        echo(f"acceptance {name}: {a.status.value} (attempt {a.attempt})"
+             + (f" {', '.join(a.reason_codes)}" if a.reason_codes else ""))
     for b in plan.batches:
         bs = state.batches.get(b.number)
         nodes = plan.batch_nodes(b.number)
         decided = [state.nodes[s.name] for s in nodes if s.name in state.nodes
                    and state.nodes[s.name].stage.value in ("admitted", "quarantined")]
-        click.echo(f"batch {b.number}{' (canary)' if b.canary else ''}: {len(nodes)} slots {nodes[0].name} .. "
-                   f"{nodes[-1].name}; {bs.stage.value if bs else 'pending'}; decided {len(decided)}"
-                   + "".join(f"\n  {n.slot}: {n.stage.value}{' ' + n.reason_code if n.reason_code else ''}"
-                             for n in decided if n.stage.value == "quarantined"))
-    click.echo("dry run: nothing was provisioned, configured or changed")
+        echo(f"batch {b.number}{' (canary)' if b.canary else ''}: {len(nodes)} slots {nodes[0].name} .. "
+             f"{nodes[-1].name}; {bs.stage.value if bs else 'pending'}; decided {len(decided)}"
+             + "".join(f"\n  {n.slot}: {n.stage.value}{' ' + n.reason_code if n.reason_code else ''}"
+                       for n in decided if n.stage.value == "quarantined"))
