@@ -228,6 +228,8 @@ from gpufleet.daytwo.remediation_command import remediation as _remediation_comm
 _ops_command.add_command(_remediation_command)
 from gpufleet.configure.doctor_command import doctor as _doctor_command  # noqa: E402
 main.add_command(_doctor_command)
+from gpufleet.lifecycle.destroy_command import destroy as _destroy_command  # noqa: E402
+main.add_command(_destroy_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

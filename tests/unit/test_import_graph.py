@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("adapters", ("gates", "configure", "cloud", "monitoring", "validate_cloud")),
     ("pool", ("pool", "program", "changeset")),
     ("rollout", ("rollout", "sim")),
-    ("day two", ("reports", "daytwo", "ops", "cost", "init_project", "init_ci")),
+    ("day two", ("reports", "daytwo", "ops", "cost", "init_project", "init_ci", "lifecycle")),
     ("cli", ("cli", "docs_gen", "changeset_command")),
 )
 

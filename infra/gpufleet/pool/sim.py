@@ -9,6 +9,8 @@ as it finds them and names the work when a drain is held (`holders`). The launch
 the fabric model of `gpufleet.sim` in the `local` stack, a small fake in tests. So can `work`, a
 scheduler's live view (admitted slots -> slot -> job): the simulator's job stream on a stack that
 sets `gpufleet:simulator.jobStream` (`gpufleet.sim.jobs_pool`); its nodes read busy besides the file's.
+The pool tells it of drains (an admitted node registered pending: its job runs on, as under Slurm's
+DRAIN) and of nodes leaving work (quarantine, blacklist, release), when it has those hooks.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class SimPool:
     # --- the port -------------------------------------------------------------------------
 
     def register_pending(self, nodes: Sequence[PendingNode]) -> None:
+        drained: list[str] = []  # admitted nodes taken out of new work: their running work runs on
         with self._edit() as doc:
             staged: dict[str, PoolNode] = {}
             for node in nodes:  # validate every node first: all or nothing
@@ -67,8 +70,11 @@ class SimPool:
                 carried = doc["released"].get(node.slot, 0)
                 staged[node.slot] = transitions.register(now, node, carried)
             for slot, new in staged.items():
+                if (doc["nodes"].get(slot) or {}).get("state") == NodeState.ADMITTED.value:
+                    drained.append(slot)
                 doc["nodes"][slot] = _dump(new)
                 doc["released"].pop(slot, None)
+        self._tell("drain", drained)
 
     def admit(self, slot: str, record: AdmissionRecord) -> PoolNode:
         return self._apply(slot, lambda now: transitions.admit(now, slot, record))
@@ -86,10 +92,12 @@ class SimPool:
             return results
 
     def quarantine(self, slot: str, reason_code: str, reason: str) -> PoolNode:
+        self._tell("leave", [slot])
         return self._apply(slot, lambda now: transitions.quarantine(now, slot, reason_code, reason,
                                                                     self.failures_before_blacklist))
 
     def blacklist(self, slot: str, reason: str) -> PoolNode:
+        self._tell("leave", [slot])
         return self._apply(slot, lambda now: transitions.blacklist(now, slot, reason), allow_released=True)
 
     def clear(self, slot: str) -> PoolNode:
@@ -102,6 +110,7 @@ class SimPool:
             return new
 
     def release(self, slot: str) -> None:
+        self._tell("leave", [slot])
         with self._edit() as doc:
             if slot in doc["released"]:
                 return
@@ -112,6 +121,19 @@ class SimPool:
                 doc["released"][slot] = now.failures
             else:
                 doc["nodes"][slot] = _dump(new)
+
+    def end_work(self, slots: Sequence[str]) -> list[str]:
+        """The scheduler's side: the work on `slots` is cancelled (`gpufleet destroy --cancel-jobs`).
+        Returns the slots that were busy; idempotent."""
+        with self._edit() as doc:
+            ended = []
+            for slot in slots:
+                raw = doc["nodes"].get(slot)
+                if raw is not None and raw.get("busy"):
+                    doc["nodes"][slot] = {**raw, "busy": False}
+                    ended.append(slot)
+                doc["work"].pop(slot, None)
+            return ended
 
     def state(self) -> PoolState:
         doc = self._read()
@@ -130,11 +152,19 @@ class SimPool:
                 if (doc["nodes"].get(slot, {}).get("busy") and doc["work"].get(slot)) or slot in live]
 
     def _live(self, nodes: Mapping[str, PoolNode | None]) -> Mapping[str, str]:
-        """The injected scheduler's jobs on the admitted nodes (none without `work`)."""
+        """The injected scheduler's jobs on the admitted nodes, and on the pending ones it still runs
+        work on (drained while a job held them: the job runs on); none without `work`."""
         if self.work is None:
             return {}
         admitted = {s for s, n in nodes.items() if n is not None and n.state is NodeState.ADMITTED}
-        return {s: j for s, j in self.work(sorted(admitted)).items() if s in admitted}
+        pending = {s for s, n in nodes.items() if n is not None and n.state is NodeState.PENDING}
+        return {s: j for s, j in self.work(sorted(admitted)).items() if s in admitted or s in pending}
+
+    def _tell(self, what: str, slots: Sequence[str]) -> None:
+        """Let the injected scheduler know slots were drained (`drain`) or left the pool's work (`leave`)."""
+        hook = getattr(self.work, what, None)
+        if hook is not None and slots:
+            hook(slots)
 
     def launcher(self) -> Launcher:
         if self._launcher is None:
