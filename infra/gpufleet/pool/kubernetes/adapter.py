@@ -27,6 +27,8 @@ from gpufleet.pool import transitions
 from gpufleet.pool.kubernetes import nodes as kn
 from gpufleet.pool.kubernetes.api import KubeApi
 from gpufleet.pool.kubernetes.manifests import SYSTEM_NAMESPACE
+from gpufleet.pool.kubernetes.patrol_hold import KubePatrolHolds
+from gpufleet.pool.kubernetes.patrol_job import PatrolJobs, patrol_jobs
 from gpufleet.pool.kubernetes.retry import Answer, Conflict
 from gpufleet.pool.protocol import (Holder, LaunchResult, Launcher, NodeState, PendingNode, PoolNode, PoolState,
                                  record_summary)
@@ -42,8 +44,10 @@ class KubernetesPool:
     kind = "kubernetes"
 
     def __init__(self, api: KubeApi, *, partitions: Collection[str], failures_before_blacklist: int = 2,
-                 namespace: str = SYSTEM_NAMESPACE, launcher: Launcher | None = None) -> None:
+                 namespace: str = SYSTEM_NAMESPACE, launcher: Launcher | None = None,
+                 patrol: PatrolJobs | None = None) -> None:
         self.api = api
+        self.patrol = patrol
         self.partitions = frozenset(partitions)
         self.failures_before_blacklist = failures_before_blacklist
         self.namespace = namespace
@@ -142,6 +146,15 @@ class KubernetesPool:
 
     def launcher(self) -> Launcher:
         return self._launcher or MpiJobLauncher(self.api, self.node_names, namespace=self.namespace)
+
+    def patrol_holds(self) -> KubePatrolHolds | None:
+        """The patrol's lowest-priority hold Jobs through Kueue (`patrol_hold`), where the pool has the
+        patrol's priority class and the stack a workload image to hold nodes with, else None."""
+        if self.patrol is None:
+            return None
+        holds = KubePatrolHolds(self.api, self.patrol, self.node_names, sleep=self.api.policy.sleep,
+                                clock=self.api.policy.clock)
+        return holds if holds.available() else None
 
     def node_names(self, slots: Sequence[str]) -> dict[str, str]:
         """slot -> Node name (what `kubernetes.io/hostname` says), for pinning pods to slots."""
@@ -424,4 +437,5 @@ def pool_for(spec: Any, project: Any, stack: str, *, launcher: Launcher | None =
                         f"kubeconfig --show-secrets > ~/.kube/config` or set KUBECONFIG") from None
     configuration.retries = False  # RetryPolicy retries, with backoff and a deadline; urllib3 would retry under it
     return KubernetesPool(KubeApi(client.ApiClient(configuration)), partitions=[p.name for p in plan.partitions],
-                          failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher)
+                          failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher,
+                          patrol=patrol_jobs(spec, plan))

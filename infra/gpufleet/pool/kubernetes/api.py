@@ -16,9 +16,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.pool.kubernetes.retry import Answer, RetryPolicy
+from gpufleet.pool.kubernetes.versions import KUEUE_API_VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 MPIJOB = ("kubeflow.org", "v2beta1", "mpijobs")
+KUEUE = tuple(KUEUE_API_VERSION.split("/"))  # group, version
 PAGE = 500
 SELECTOR_CHUNK = 100  # slots per `in (...)` selector: keeps the query string short
 
@@ -41,8 +43,8 @@ def _json(response: Any) -> Any:
 
 
 class KubeApi:
-    """Nodes, ConfigMaps, MPIJobs, Jobs and Services, pods (list, log, evict); `calls` counts requests
-    sent (retries included)."""
+    """Nodes, ConfigMaps, MPIJobs, Jobs and Services, pods (list, log, evict), Kueue priority classes and
+    Workloads (read, list); `calls` counts requests sent (retries included)."""
 
     def __init__(self, api_client: client.ApiClient, policy: RetryPolicy | None = None) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -220,6 +222,20 @@ class KubeApi:
     def delete_configmap(self, namespace: str, name: str) -> None:
         self._delete(lambda: self.core.delete_namespaced_config_map(name, namespace, _preload_content=False),
                      f"delete configmap {namespace}/{name}")
+
+    # --- Kueue (the patrol's holds) -------------------------------------------------------------
+
+    def read_workload_priority_class(self, name: str) -> dict[str, Any] | None:
+        group, version = KUEUE
+        return self._read(lambda: self.custom.get_cluster_custom_object(group, version, "workloadpriorityclasses", name,
+                                                                        _preload_content=False),
+                          f"read WorkloadPriorityClass {name}")
+
+    def list_workloads(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        group, version = KUEUE
+        return _json(self._call(lambda: self.custom.list_namespaced_custom_object(
+            group, version, namespace, "workloads", label_selector=selector, _preload_content=False),
+            f"list Workloads in {namespace} ({selector})")).get("items") or []
 
     def _read(self, fn, what: str) -> dict[str, Any] | None:
         """One object as JSON, or None when the API server has none (404)."""

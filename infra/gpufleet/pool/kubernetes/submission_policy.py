@@ -10,7 +10,9 @@ Why refuse rather than default the priority class: a MutatingAdmissionPolicy is 
 Kubernetes 1.33 (the stack's default; EKS serves no alpha APIs) and Kueue v0.19.2 has no
 per-LocalQueue default class, so the only enforceable default is the refusal that names it.
 The labels are on the object's own metadata for every kind Kueue manages here (Job, MPIJob), so one
-rule set covers both. CREATE and UPDATE: a label removed later would take the Job out of its queue.
+rule set covers both. The patrol's class (`gpufleet-patrol`, the lowest) is the one other class a Job
+may name, and only in an operators' namespace (no `gpufleet.io/team` label; teams have no RBAC
+there): the patrol's hold Jobs go there (`patrol_job`), and no team can take a node at that class. CREATE and UPDATE: a label removed later would take the Job out of its queue.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any, Sequence
 from gpufleet.pool.kubernetes.chart_values import KUEUE_FRAMEWORKS
 from gpufleet.pool.kubernetes.manifests import MANAGED_BY
 from gpufleet.pool.kubernetes.queues import (KUEUE_MANAGED_LABEL, MAX_EXEC_LABEL, MAX_EXEC_NAMESPACE_LABEL,
-                                             PRIORITY_LABEL, PRIORITY_NAMESPACE_LABEL, QUEUE_LABEL)
+                                             PATROL_PRIORITY_CLASS, PRIORITY_LABEL, PRIORITY_NAMESPACE_LABEL,
+                                             QUEUE_LABEL, TEAM_NAMESPACE_LABEL)
 
 POLICY = "gpufleet-submit-through-queues"
 # the API versions of the kinds in KUEUE_FRAMEWORKS (Kueue's framework names are <group>/<kind>)
@@ -42,7 +45,8 @@ def variables() -> list[dict[str, str]]:
             {"name": "priorityClass", "expression": label(labels, PRIORITY_LABEL)},
             {"name": "maxExec", "expression": label(labels, MAX_EXEC_LABEL)},
             {"name": "wantClass", "expression": label(ns, PRIORITY_NAMESPACE_LABEL)},
-            {"name": "capExec", "expression": label(ns, MAX_EXEC_NAMESPACE_LABEL)}]
+            {"name": "capExec", "expression": label(ns, MAX_EXEC_NAMESPACE_LABEL)},
+            {"name": "team", "expression": label(ns, TEAM_NAMESPACE_LABEL)}]
 
 
 def validations() -> list[dict[str, str]]:
@@ -54,7 +58,8 @@ def validations() -> list[dict[str, str]]:
                               f"(variables.queue == \"\" ? {_lit(' (it has no queue label)')} : "
                               f"{_lit(' (it names ')} + variables.queue + {_lit(')')})",
          "reason": "Forbidden"},
-        {"expression": "variables.wantClass == \"\" || variables.priorityClass == variables.wantClass",
+        {"expression": "variables.wantClass == \"\" || variables.priorityClass == variables.wantClass || "
+                       f"(variables.priorityClass == {_lit(PATROL_PRIORITY_CLASS)} && variables.team == \"\")",
          "messageExpression": f"{_lit('jobs here run at their partition' + chr(39) + 's priority: label the job ')} + "
                               f"{_lit(PRIORITY_LABEL + '=')} + variables.wantClass",
          "reason": "Forbidden"},

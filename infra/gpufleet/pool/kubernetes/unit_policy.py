@@ -16,6 +16,11 @@ Workloads guards them all. The policy refuses, in the partition namespaces, a Wo
   Kueue places them in the same block.
 Kueue fills `topologyRequest` from the pod template annotations (`kueue.x-k8s.io/podset-*`),
 which is what the messages tell users to set.
+One shape outside whole units is admitted: the patrol's hold (`patrol_job`), a Workload at the
+WorkloadPriorityClass `gpufleet-patrol` (`spec.priorityClassRef`) of exactly one pod asking for
+exactly a node's GPUs. It is the lowest priority, so it never keeps a fragment of a unit from a
+real job: Kueue preempts it. Any other shape at that class is judged like every workload, and the
+submission policy lets only the operators' namespaces (no team's) name that class.
 
 Only CREATE is checked: a Workload's podSets are immutable, and refusing a later UPDATE (a
 finalizer removed by Kueue) would only wedge a Workload that existed before the policy.
@@ -30,6 +35,7 @@ from typing import Any, Sequence
 
 from gpufleet.plan.model import Topology
 from gpufleet.pool.kubernetes.manifests import GPU, MANAGED_BY
+from gpufleet.pool.kubernetes.queues import PATROL_PRIORITY_CLASS
 from gpufleet.pool.protocol import BLOCK_LABEL
 
 POLICY = "gpufleet-whole-units"
@@ -72,14 +78,25 @@ def unit_shape(t: Topology) -> str:
             f"{t.nodes_per_block} nodes x {n} GPUs = {t.block_gpus} GPUs")
 
 
-def variables() -> list[dict[str, str]]:
+def patrol_hold(node_gpus: int) -> str:
+    """The patrol's hold: its class, one podSet of one pod, that pod asking for a whole node's GPUs."""
+    ref = "object.spec.priorityClassRef"
+    return (f"has({ref}) && {ref}.group == {lit('kueue.x-k8s.io')} && {ref}.kind == {lit('WorkloadPriorityClass')} && "
+            f"{ref}.name == {lit(PATROL_PRIORITY_CLASS)} && size(object.spec.podSets) == 1 && "
+            f"object.spec.podSets[0].count == 1 && {pod_gpus('object.spec.podSets[0]')} == {node_gpus}")
+
+
+def variables(node_gpus: int | None = None) -> list[dict[str, str]]:
     """Evaluated in order; later ones and the validations read them as `variables.<name>`."""
     gpu_sets = "variables.gpuPodSets"
-    return [
+    out = [
         {"name": "gpuPodSets", "expression": f"object.spec.podSets.filter(p, {pod_gpus('p')} > 0)"},
         {"name": "totalGpus", "expression": f"{gpu_sets}.map(p, p.count * {pod_gpus('p')}).sum()"},
         {"name": "gpuPods", "expression": f"{gpu_sets}.map(p, p.count).sum()"},
     ]
+    if node_gpus is not None:
+        out.append({"name": "patrolHold", "expression": patrol_hold(node_gpus)})
+    return out
 
 
 def message(*parts: str) -> str:
@@ -146,6 +163,13 @@ def validations(t: Topology) -> list[dict[str, str]]:
     ]
 
 
+def patrol_admitted(rules: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Every whole-unit rule also passes the patrol's hold; the first (no GPUs in init containers) holds
+    for it too, since the hold's shape is counted over its containers alone."""
+    init, *rest = rules
+    return [init, *({**v, "expression": f"variables.patrolHold || ({v['expression']})"} for v in rest)]
+
+
 def whole_unit_policy(t: Topology, partitions: Sequence[str]) -> list[dict[str, Any]]:
     """The policy and its binding to the partition namespaces (the gpufleet-system namespace, where
     the gates' MPIJobs run on whole nodes, is not bound)."""
@@ -156,8 +180,8 @@ def whole_unit_policy(t: Topology, partitions: Sequence[str]) -> list[dict[str, 
                            "matchPolicy": "Equivalent",  # a v1beta1 request is converted to v1beta2 first
                            "resourceRules": [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["v1beta2"],
                                               "operations": ["CREATE"], "resources": ["workloads"]}]},
-                       "variables": variables(),
-                       "validations": validations(t)}}
+                       "variables": variables(t.gpus_per_node),
+                       "validations": patrol_admitted(validations(t))}}
     binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
                "metadata": {"name": POLICY, "labels": dict(MANAGED_BY)},
                "spec": {"policyName": POLICY, "validationActions": ["Deny"],
