@@ -30,6 +30,7 @@ from gpufleet.errors import GateFailed, UsageError
 if TYPE_CHECKING:
     from gpufleet.changeset import ChangeSet
     from gpufleet.plan.model import ClusterPlan
+    from gpufleet.plan.resize import Resize
     from gpufleet.project import Project
     from gpufleet.rollout.journal import Journal
     from gpufleet.rollout.state import RolloutState
@@ -89,8 +90,11 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
     if dry_run:
         journal = Journal(store, stack)
         state = journal.load(repair=False)
+        resize = _resize(spec, plan, state, project, stack)  # grow or shrink by whole blocks (issue 23 item 1)
+        plan = resize.plan
         _dry_run(plan, state, store.location, err=as_json)
-        confirm_changes(_changes(spec, plan, state, stack, until_batch), yes=yes, dry_run=True, as_json=as_json)
+        confirm_changes(_changes(spec, plan, state, stack, until_batch, resize), yes=yes, dry_run=True,
+                        as_json=as_json)
         click.echo("dry run: nothing was provisioned, configured or changed", err=as_json)
         return
     # the change set, shown (and confirmed) before the lock is taken or anything is written
@@ -98,7 +102,11 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
     before = RolloutState() if restart else Journal(store, stack).load(repair=False)
     if before.unfinished and not resume:
         _refuse_unfinished(stack, store.location)
-    confirm_changes(_changes(spec, plan, before, stack, until_batch), yes=yes, as_json=as_json)
+    if retry_stage is not None:
+        before.halted = False  # this load only: the retry lifts the halt, and what is left runs again
+    resize = _resize(spec, plan, before, project, stack)  # grow or shrink by whole blocks (issue 23 item 1)
+    plan = resize.plan
+    confirm_changes(_changes(spec, plan, before, stack, until_batch, resize), yes=yes, as_json=as_json)
     with lock:
         if restart and store.exists():
             click.echo(f"gpufleet: archived the previous journal to {store.archive()}", err=True)
@@ -117,7 +125,7 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
         if resume and not state.started:
             click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
         try:
-            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage, as_json)
+            _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage, as_json, resize)
         finally:
             journal.close()
 
@@ -128,17 +136,31 @@ def _refuse_unfinished(stack: str, location: str) -> None:
                                                 "its journal and start again")
 
 
+def _resize(spec: "ClusterSpec", plan: "ClusterPlan", state: "RolloutState", project: "Project",
+            stack: str) -> "Resize":
+    """The journal's layout against the plan now: unchanged, grown or shrunk by whole blocks
+    (gpufleet.rollout.resize_plan); its plan is the one the run works on."""
+    from gpufleet.rollout.resize_plan import resolve
+
+    return resolve(spec, plan, state, project, stack)
+
+
 def _changes(spec: "ClusterSpec", plan: "ClusterPlan", state: "RolloutState", stack: str,
-             until_batch: int | None) -> "ChangeSet":
+             until_batch: int | None, resize: "Resize | None" = None) -> "ChangeSet":
     """The rollout's change set for the journal's state (gpufleet.rollout.changes), priced."""
     from gpufleet.changeset_command import hourly_price
     from gpufleet.rollout.changes import rollout_changes
 
     usd, note = hourly_price(spec)
     clients = (spec.acceptance.storage_clients, spec.acceptance.storage_client_type) if not spec.simulated else None
-    return rollout_changes(plan, state, stack, until_batch=until_batch, simulated=spec.simulated,
-                           usd_per_hour=usd, price_note=note, storage_clients=clients,
-                           replace_action=spec.rollout.replace_action)
+    changes = rollout_changes(plan, state, stack, until_batch=until_batch, simulated=spec.simulated,
+                              usd_per_hour=usd, price_note=note, storage_clients=clients,
+                              replace_action=spec.rollout.replace_action)
+    if resize is None:
+        return changes
+    from gpufleet.rollout.resize_plan import with_resize
+
+    return with_resize(changes, resize, usd, {s: n.instance_id for s, n in state.nodes.items() if n.instance_id})
 
 
 def _archive_simulated_world(state_dir: Path, simulated_pool: bool) -> list[Path]:
@@ -155,7 +177,8 @@ def _archive_simulated_world(state_dir: Path, simulated_pool: bool) -> list[Path
 
 
 def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: str, journal: "Journal",
-         until_batch: int | None, state_dir: Path, retry_stage: str | None = None, as_json: bool = False) -> None:
+         until_batch: int | None, state_dir: Path, retry_stage: str | None = None, as_json: bool = False,
+         resize: "Resize | None" = None) -> None:
     from gpufleet.gates.admission import AdmissionRecord
     from gpufleet.ops import audit
     from gpufleet.reports import rollout as report
@@ -175,7 +198,7 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
         _retry(journal, retry_stage, stack)
     opts = options(spec, until_batch, wiring.threaded, plan)
     orch = Orchestrator(plan, stack, wiring.adapters, journal, gate_settings(spec, project), state_dir, opts,
-                        hooks=hooks)
+                        hooks=hooks, resize=resize)
     started = time.monotonic()
     modelled = wiring.simulator is not None
     clock = wiring.adapters.clock
