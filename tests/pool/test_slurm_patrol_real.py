@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import pytest
 
+from gpufleet.daytwo.patrol_report import build
 from gpufleet.daytwo.patrol_run import run_patrol
 from gpufleet.plan import build_plan
 from gpufleet.plan.access import PATROL_QOS
@@ -136,6 +137,9 @@ def test_a_team_unit_preempts_the_patrols_hold_and_the_node_is_yielded(cluster, 
     assert out.preempted == sorted(team.round), out
     assert sorted(out.yielded) == sorted(slots), out  # the rest were busy with bulk's job by their round
     assert out.checked == [] and out.quarantined == {} and out.unreachable == {} and out.deferred == []
+    report, _ = build(out)  # what `gpufleet patrol --json` and the report say of each node
+    assert report.outcomes == dict.fromkeys(sorted(slots), "yielded") and report.counts == {"yielded": len(slots)}
+    assert report.preempted == sorted(team.round) and report.held and report.quarantined == {}
     event = journal[-1]
     assert event["type"] == "patrol" and event["held"] and event["preempted"] == out.preempted and event["failed"] == {}
     state = pool.state()
