@@ -50,9 +50,10 @@ class Cluster:
         self.slurm, self.spec, self.plan = slurm, spec, plan
         self.version = slurm_version()
 
-    def sh(self, *argv: str, check: bool = True) -> str:
+    def sh(self, *argv: str, check: bool = True, timeout_s: int = 20) -> str:
         """A Slurm command against this cluster (what an operator would type)."""
-        proc = subprocess.run(["timeout", "20", *argv], env=self.slurm.cli().env(), capture_output=True, text=True)
+        proc = subprocess.run(["timeout", str(timeout_s), *argv], env=self.slurm.cli().env(), capture_output=True,
+                              text=True)
         if check:
             assert proc.returncode == 0, f"{argv}: {proc.stdout}{proc.stderr}"
         return proc.stdout + proc.stderr

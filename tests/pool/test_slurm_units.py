@@ -156,11 +156,14 @@ def test_the_three_seed_modes_run_as_jobs_inside_the_plans_blocks(cluster: Clust
         ran = {ln.split()[1] for ln in (tmp_path / f"array-{task}.out").read_text().split("\n") if ln.strip()}
         assert len(ran) == 2 and any(ran <= nodes for nodes in blocks.values()), (task, ran)
 
-    # prefill/decode pools: one heterogeneous job, each component whole units inside one block
+    # prefill/decode pools: one heterogeneous job, each component whole units inside one block.
+    # Only the backfill scheduler starts a heterogeneous job (Slurm's heterogeneous_jobs page), and
+    # its pass comes every bf_interval (30 s by default): the wait covers two passes.
     hetero = ways["prefill-decode"]
     at = hetero.sbatch.index(":")
     out = cluster.sh("srun", *hetero.sbatch[:at], "--ntasks-per-node=1", "bash", "-c", "echo prefill $SLURMD_NODENAME",
-                     ":", *hetero.sbatch[at + 1:], "--ntasks-per-node=1", "bash", "-c", "echo decode $SLURMD_NODENAME")
+                     ":", *hetero.sbatch[at + 1:], "--ntasks-per-node=1", "bash", "-c", "echo decode $SLURMD_NODENAME",
+                     timeout_s=90)
     pools: dict[str, set[str]] = {}
     for line in _lines(out):
         role, node = line.split()

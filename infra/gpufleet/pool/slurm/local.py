@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -156,6 +157,11 @@ class LocalSlurm:
                 states[name.strip()] = state.strip()
         return states
 
+    def unregistered(self) -> list[str]:
+        """Nodes whose slurmd has not registered since slurmctld started (base state UNKNOWN)."""
+        out = self.cli(timeout_s=5).run(["scontrol", "-o", "show", "node"])
+        return unregistered_nodes(out)
+
     def problems(self, nodes: Sequence[str], settle_s: float = 10.0, drains: bool = True) -> list[str]:
         """What keeps this cluster from serving `nodes` (the plan's), empty when healthy: slurmctld
         down, a node Slurm lacks or that does not answer, its slurmd gone, a node Slurm itself
@@ -222,17 +228,23 @@ class LocalSlurm:
         raise PoolError(f"slurmctld never answered; its log: {self.root}/log/slurmctld.log")
 
     def _wait_all_responding(self, nodes: list[str], deadline: float) -> None:
+        """Until every slurmd has registered. sinfo alone cannot tell: a node the configuration
+        drains reads "drained" before its slurmd ever registered (UNKNOWN+DRAIN), and Slurm 22.05
+        refuses State=RESUME on it ("Invalid node state specified"), so the base state comes from
+        `scontrol show node` too."""
         last: dict[str, str] = {}
+        unregistered: list[str] = list(nodes)
         while time.monotonic() < deadline:
             try:
                 last = self.health()
+                unregistered = self.unregistered()
             except PoolError:
-                last = {}
-            if len(last) == len(nodes) and not any(s.endswith("*") or s.startswith(("unk", "down", "inval"))
-                                                   for s in last.values()):
+                last, unregistered = {}, list(nodes)
+            if len(last) == len(nodes) and not unregistered and not any(
+                    s.endswith("*") or s.startswith(("unk", "down", "inval")) for s in last.values()):
                 return
             time.sleep(0.2)
-        waiting = sorted(n for n in nodes if n not in last or last[n].endswith("*"))
+        waiting = sorted(n for n in nodes if n not in last or last[n].endswith("*") or n in unregistered)
         self.down()
         raise PoolError(f"{len(waiting)} of {len(nodes)} slurmd never registered "
                         f"(first: {', '.join(waiting[:3]) or 'none'}; states: {sorted(set(last.values()))}); "
@@ -267,6 +279,17 @@ def health_problems(nodes: Sequence[str], rows: Mapping[str, tuple[str, str]], s
             out.append(f"{len(names)} of {len(nodes)} node(s) {what}: {', '.join(names[:3])}"
                        f"{' ...' if len(names) > 3 else ''}{reason}")
     return out
+
+
+def unregistered_nodes(show_node: str) -> list[str]:
+    """From `scontrol -o show node`: the nodes whose base state is UNKNOWN (`State=UNKNOWN+DRAIN`)."""
+    found: list[str] = []
+    for line in show_node.splitlines():
+        name = re.search(r"\bNodeName=(\S+)", line)
+        state = re.search(r"\bState=(\S+)", line)
+        if name and state and state.group(1).split("+")[0].upper() == "UNKNOWN":
+            found.append(name.group(1))
+    return found
 
 
 def slurm_version() -> str:
