@@ -44,8 +44,9 @@ class ReportsDisagreements(Protocol):
 
 @runtime_checkable
 class HoldsForPatrol(Protocol):
-    """A pool that runs the recheck as its lowest-priority job (Slurm: `pool.slurm.patrol_hold`):
-    `patrol_holds()` is None where it cannot (no patrol QOS), else an object whose `hold(slot ->
+    """A pool that runs the recheck as its lowest-priority job (Slurm: `pool.slurm.patrol_hold`;
+    Kubernetes: `pool.kubernetes.patrol_hold`, a Job through Kueue at the gpufleet-patrol class):
+    `patrol_holds()` is None where it cannot (no patrol QOS or class), else an object whose `hold(slot ->
     partition)` returns the slots it holds (slot -> job), `lost(holds)` those a real job preempted
     since, and `release(holds)` ends them."""
 
@@ -66,7 +67,7 @@ class PatrolOutcome:
     yielded: list[str] = field(default_factory=list)  # a job took it before its round: left to the job
     budget: dict[str, int] = field(default_factory=dict)  # partition -> nodes checked at once
     rounds: int = 0
-    held: bool = False  # the rounds ran as the pool's lowest-priority jobs (Slurm patrol QOS)
+    held: bool = False  # the rounds ran as the pool's lowest-priority jobs (Slurm patrol QOS, Kueue class)
     preempted: list[str] = field(default_factory=list)  # of `yielded`: held, then preempted by a real job
     disagreements: dict[str, str] = field(default_factory=dict)  # slot -> what the scheduler and gpufleet each say
     no_instance: list[str] = field(default_factory=list)
