@@ -297,3 +297,25 @@ def test_the_api_refusing_or_unavailable_is_a_pool_error(fleet, server, clock, s
     with pytest.raises(PoolError, match=str(status)):
         p.run()
     assert p.kube.holds() == []
+
+
+def test_pool_for_gives_the_patrol_its_holds_where_the_class_and_an_image_exist(tmp_path, monkeypatch, server):
+    from gpufleet.pool.kubernetes.adapter import pool_for
+    from gpufleet.pool.kubernetes.patrol_hold import KubePatrolHolds
+    from gpufleet.spec import load_stack
+
+    spec = load_stack("prod")
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {"server": server.url}}],
+                  "users": [{"name": "u", "user": {"token": "t"}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    assert pool_for(with_image(spec), None, "prod").patrol_holds() is None  # the class is not there yet
+    server.kube.add_class(q.PATROL_PRIORITY_CLASS, -1)
+    holds = pool_for(with_image(spec), None, "prod").patrol_holds()
+    assert isinstance(holds, KubePatrolHolds)
+    assert set(holds.jobs.queues) == {p.name for p in spec.partitions} and holds.jobs.image == IMAGE
+    assert holds.jobs.gpus == spec.cluster.instance.gpus
+    no_image = spec.model_copy(update={"acceptance": spec.acceptance.model_copy(update={"workload_image": None})})
+    assert pool_for(no_image, None, "prod").patrol_holds() is None

@@ -45,7 +45,7 @@ class KubernetesPool:
 
     def __init__(self, api: KubeApi, *, partitions: Collection[str], failures_before_blacklist: int = 2,
                  namespace: str = SYSTEM_NAMESPACE, launcher: Launcher | None = None,
-                 patrol: PatrolJobs | None = None) -> None:
+                 patrol: PatrolJobs | Callable[[], PatrolJobs | None] | None = None) -> None:
         self.api = api
         self.patrol = patrol
         self.partitions = frozenset(partitions)
@@ -150,9 +150,10 @@ class KubernetesPool:
     def patrol_holds(self) -> KubePatrolHolds | None:
         """The patrol's lowest-priority hold Jobs through Kueue (`patrol_hold`), where the pool has the
         patrol's priority class and the stack a workload image to hold nodes with, else None."""
-        if self.patrol is None:
+        jobs = self.patrol() if callable(self.patrol) else self.patrol
+        if jobs is None:
             return None
-        holds = KubePatrolHolds(self.api, self.patrol, self.node_names, sleep=self.api.policy.sleep,
+        holds = KubePatrolHolds(self.api, jobs, self.node_names, sleep=self.api.policy.sleep,
                                 clock=self.api.policy.clock)
         return holds if holds.available() else None
 
@@ -438,4 +439,4 @@ def pool_for(spec: Any, project: Any, stack: str, *, launcher: Launcher | None =
     configuration.retries = False  # RetryPolicy retries, with backoff and a deadline; urllib3 would retry under it
     return KubernetesPool(KubeApi(client.ApiClient(configuration)), partitions=[p.name for p in plan.partitions],
                           failures_before_blacklist=spec.rollout.failures_before_blacklist, launcher=launcher,
-                          patrol=patrol_jobs(spec, plan))
+                          patrol=lambda: patrol_jobs(spec, plan))  # read by the patrol alone
