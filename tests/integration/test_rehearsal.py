@@ -142,7 +142,8 @@ def install_hardware(root: Path, n: synth.NodeSpec, cut: bool, fabric_json: Path
                  '  [ "$SLURM_LOCALID" = 0 ] || exit 0\n'
                  f'  exec {sys.executable} {NCCL_STUB} {fabric_json} "$@"\n'
                  "fi\n"
-                 f'[ "$NCCL_P2P_DISABLE" = 1 ] && exec cat /srv/gpufleet-stubs/{B.NCCL_EFA_LOOPBACK}\n'
+                 # the loopback file less its first line, which the preflight prints itself (lsmod's modules)
+                 f'[ "$NCCL_P2P_DISABLE" = 1 ] && exec tail -n +2 /srv/gpufleet-stubs/{B.NCCL_EFA_LOOPBACK}\n'
                  f"cat /srv/gpufleet-stubs/{B.NCCL_INTRA}")
     # fi_info: the EFA installer (site.yml) put its own under /opt/amazon/efa/bin, first on the PATH
     install_tool(root, "/opt/amazon/efa/bin/fi_info", dispatch({'"-p efa"*': B.FI_INFO, "--version": "version-libfabric"}))
@@ -151,6 +152,8 @@ def install_hardware(root: Path, n: synth.NodeSpec, cut: bool, fabric_json: Path
         install_tool(root, f"{bin_}/{tool}", f"cat /srv/gpufleet-stubs/version-{key}")
     install_tool(root, f"{bin_}/modinfo", dispatch({'"-F version gdrdrv"': "!" + f"echo {n.versions['gdrcopy']}"}))
     install_tool(root, f"{bin_}/uname", dispatch({"-r": "version-kernel", "*": '!exec /bin/uname "$@"'}))
+    # the peer-memory module GPUDirect RDMA over EFA needs (the preflight's loopback lists lsmod's)
+    install_tool(root, f"{bin_}/lsmod", "printf 'Module                  Size  Used by\\nefa_nv_peermem         24576  0\\n'")
     install_tool(root, f"{bin_}/strings", 'tr -c "[:print:]" "\\n" < "$1" | grep -E ".{4,}"')
     lib = root / "usr/lib/x86_64-linux-gnu" / f"libnccl.so.{n.versions['nccl']}"
     lib.write_bytes(b"\x7fELF")

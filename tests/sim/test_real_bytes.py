@@ -159,7 +159,8 @@ def test_nccl_intra_json_is_format_version_3_as_util_cu_writes_it(healthy):
 
 def test_nccl_debug_lines_are_the_plugins_own_words(healthy):
     files, _ = healthy
-    lines = files[B.NCCL_EFA_LOOPBACK].splitlines()
+    first, *lines = files[B.NCCL_EFA_LOOPBACK].splitlines()
+    assert first == "gpufleet peermem: efa_nv_peermem"  # the preflight's own line before NCCL's (M9)
     tail = lambda line: line.split(" NCCL INFO ", 1)[1]
     major_minor = ".".join(synth.DEFAULT_VERSIONS["libfabric"].split(".")[:2])  # "%u.%u" of fi_version()
     assert f"NET/OFI Using Libfabric version {major_minor}" in [tail(x) for x in lines]

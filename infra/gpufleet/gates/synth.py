@@ -27,6 +27,7 @@ DEFAULT_VERSIONS = {
 FAULTS = frozenset({
     "ecc_uncorrectable", "remap_pending", "remap_failure", "nvlink_down", "efa_missing", "wrong_counts",
     "socket_fallback", "fabricmanager_inactive", "version_skew", "thermal", "dcgm_fail", "lustre_unmounted",
+    "gdrdma_off",
 })
 
 
@@ -361,8 +362,20 @@ def nccl_efa_loopback(n: NodeSpec) -> str:
         lines += [f"{host}:1234:1234 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl {n.versions['aws_ofi_nccl']}",
                   f"{host}:1234:1234 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct "
                   f"(found {sku.efa_interfaces} nics)",
+                  f"{host}:1234:1234 [0] NCCL INFO NET/OFI Support for DMA-BUF registrations: false",
                   f"{host}:1234:1234 [0] NCCL INFO Using network Libfabric"]
-    return "\n".join(lines) + "\n"
+        # the ring over the NIC: each rank receives from the one before it and sends to the next, on
+        # its own NIC (NVIDIA/nccl net.cc's channel line; /GDRDMA when the NIC reads GPU memory)
+        gdr = "" if "gdrdma_off" in n.faults else "/GDRDMA"
+        per_gpu = max(1, sku.efa_interfaces // sku.gpus)
+        for rank in range(sku.gpus):
+            prev, nxt = (rank - 1) % sku.gpus, (rank + 1) % sku.gpus
+            for channel in range(2):
+                tag = f"{host}:1234:{1240 + rank} [{rank}] NCCL INFO Channel {channel:02d}/0 :"
+                lines += [f"{tag} {prev}[{prev}] -> {rank}[{rank}] [receive] via NET/Libfabric/{rank * per_gpu}{gdr}",
+                          f"{tag} {rank}[{rank}] -> {nxt}[{nxt}] [send] via NET/Libfabric/{rank * per_gpu}{gdr}"]
+    peermem = "" if "gdrdma_off" in n.faults else "efa_nv_peermem"
+    return f"gpufleet peermem: {peermem}\n" + "\n".join(lines) + "\n"
 
 
 def lustre_check(n: NodeSpec) -> str:

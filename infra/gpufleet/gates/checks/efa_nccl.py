@@ -1,5 +1,5 @@
-"""EFA and NCCL: the EFA devices and libfabric provider, NCCL using the EFA network, and the
-node's own all-reduce (correctness and the absolute busbw floor)."""
+"""EFA and NCCL: the EFA devices and libfabric provider, NCCL using the EFA network with
+GPUDirect RDMA, and the node's own all-reduce (correctness and the absolute busbw floor)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,66 @@ def check_nccl_net(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
     if (absent := absent_tool(ev, "efa.nccl_net", "Q", expected, B.NCCL_EFA_LOOPBACK, ref(36))) is not None:
         return [absent]
     used = baseline.check_efa_used(ev.net, "efa.nccl_net", B.NCCL_EFA_LOOPBACK)
-    return [used, *nccl_nics(ev, s)] if used.verdict is P else [used]
+    return [used, *nccl_nics(ev, s), *nccl_gdrdma(ev, s)] if used.verdict is P else [used]
+
+
+# aws-ofi-nccl 1.14.2 (RELEASENOTES.md): "Enable DMA-BUF by default, but blocklist DMA-BUF on EFA versions
+# 1-3 due to a known issue on those platforms": on p4d/p5/p5en GPUDirect RDMA over EFA needs a peer-memory
+# module (efa_nv_peermem, which the EFA installer builds against the NVIDIA driver, or nvidia_peermem).
+DMABUF_BLOCKED_EFA_GENERATIONS = frozenset({1, 2, 3})
+PEERMEM_MODULES = ("efa_nv_peermem", "nvidia_peermem")
+GDR_REF = "node-config-review M9; NVIDIA/nccl src/transport/net.cc (\"/GDRDMA\"); aws-ofi-nccl 1.14.2 release notes"
+
+
+def nccl_gdrdma(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:
+    """The loopback's NET channels must use GPUDirect RDMA, and a peer-memory module must be loaded.
+
+    Why: "Using network Libfabric" and "Selected provider is efa" are printed at init whatever the
+    data path; only the channel lines say whether the NIC reads GPU memory (`/GDRDMA`) or NCCL stages
+    every byte through host memory, which a healthy busbw floor on one node can hide. Where DMA-BUF
+    is blocklisted (EFA 1-3) GPUDirect RDMA needs efa_nv_peermem or nvidia_peermem: a driver change
+    without the EFA installer rerun leaves it unloaded (node-config-review F13).
+    """
+    net = ev.net
+    if net is None:  # check_efa_used said so already
+        return []
+    expected = "every NET channel via .../GDRDMA"
+    out: list[CheckResult] = []
+    measured = f"{net.gdr_channels} of {net.net_channels} NET channels with GDRDMA"
+    modules = "none" if net.peermem == () else ", ".join(net.peermem or ())
+    hint = f"; peer-memory modules loaded: {modules}" if net.peermem is not None else ""
+    if net.net_channels == 0:
+        out.append(result("efa.gdrdma", "Q", "no NET channel lines", expected, R, "efa-gdrdma-unproven",
+                          "the loopback log has no 'Channel .. via NET/..' line, so the data path is unproven; "
+                          "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET", GDR_REF))
+    elif net.gdr_channels == 0:
+        out.append(result("efa.gdrdma", "Q", measured + hint, expected, Q, "efa-gdrdma-off",
+                          "NCCL stages every byte through host memory: no NET channel uses GPUDirect RDMA "
+                          f"(no /GDRDMA){hint}; check the peer-memory module and rerun the EFA installer after a "
+                          "driver change", GDR_REF))
+    elif net.gdr_channels < net.net_channels:
+        out.append(result("efa.gdrdma", "Q", measured + hint, expected, R, "efa-gdrdma-partial",
+                          "some NET channels stage through host memory (no /GDRDMA): check the GPU/NIC topology "
+                          "NCCL sees (NCCL_TOPO_FILE, PCIe switches), then retest", GDR_REF))
+    else:
+        out.append(result("efa.gdrdma", "Q", measured, expected, P, None, "", GDR_REF))
+    if s.sku.efa_generation in DMABUF_BLOCKED_EFA_GENERATIONS:
+        out.append(_peermem(net.peermem, s))
+    return out
+
+
+def _peermem(loaded: tuple[str, ...] | None, s: GateSettings) -> CheckResult:
+    cid, expected = "efa.peermem", " or ".join(PEERMEM_MODULES) + " loaded"
+    if loaded is None:
+        return result(cid, "Q", "not in the log", expected, P, None,
+                      "the loopback log has no 'gpufleet peermem:' line (an older preflight): not compared", GDR_REF)
+    found = [m for m in loaded if m in PEERMEM_MODULES]
+    if not found:
+        return result(cid, "Q", "none loaded", expected, Q, "peermem-missing",
+                      f"no peer-memory module is loaded, and aws-ofi-nccl uses no DMA-BUF on EFA "
+                      f"{s.sku.efa_generation} ({s.sku.name}): GPUDirect RDMA is off; reinstall or rebuild "
+                      "efa_nv_peermem for the running driver (rerun the EFA installer) and reboot", GDR_REF)
+    return result(cid, "Q", ", ".join(found), expected, P, None, "", GDR_REF)
 
 
 def nccl_nics(ev: NodeEvidence, s: GateSettings) -> list[CheckResult]:

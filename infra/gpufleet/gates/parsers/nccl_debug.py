@@ -8,6 +8,13 @@ transport `Libfabric` (current) or `AWS Libfabric` (older builds, which also pri
 `NET/OFI Using aws-ofi-nccl X` instead of `NET/OFI Initializing aws-ofi-nccl X`), and proves
 the provider with `NET/OFI Selected provider is efa`. libfabric's own
 `fi_getinfo: provider efa output empty list` says the EFA provider found no device.
+
+Which memory the NIC reads and writes: NCCL's channel lines end the transport with `/GDRDMA` when
+the connection uses GPUDirect RDMA (NVIDIA/nccl src/transport/net.cc: "Channel %02d/%d : %d[%d] ->
+%d[%d] [send|receive] via NET/%s/%d%s%s", `req.useGdr ? "/GDRDMA" : ""`, then `(PCI)` or `/Shared`);
+without it data is staged through host memory (node-config-review M9). The preflight's loopback
+prints `gpufleet peermem: <modules>` first: the peer-memory modules loaded (efa_nv_peermem,
+nvidia_peermem), which GPUDirect RDMA over EFA needs where aws-ofi-nccl does not use DMA-BUF.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ _ASSIGNED = re.compile(r"Assigned NET plugin (.+?) to comm")
 _VIA = re.compile(r"\bvia NET/(.+?)/\d")
 _OFI_VERSION = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl v?(\S+)")
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_CHANNEL_NET = re.compile(r"\bChannel \d+(?:/\d+)? : .*\bvia NET/[^/]+/\d+(\S*)")
+_DMABUF = re.compile(r"NET/OFI Support for DMA-BUF registrations: (true|false)", re.IGNORECASE)
+PEERMEM_PREFIX = "gpufleet peermem:"
 EFA_EMPTY = "provider efa output empty list"
 
 
@@ -35,6 +45,10 @@ class NcclNet(ParseModel):
     nccl_version: str | None = None
     efa_absent: str | None = None  # libfabric's "fi_getinfo: provider efa output empty list" line, verbatim
     lines: int = 0
+    net_channels: int = 0  # channel connections over a NET transport ("Channel 00/0 : ... via NET/...")
+    gdr_channels: int = 0  # of them, with GPUDirect RDMA ("/GDRDMA" after the device)
+    dmabuf: bool | None = None  # aws-ofi-nccl's "Support for DMA-BUF registrations: true|false"
+    peermem: tuple[str, ...] | None = None  # the preflight's "gpufleet peermem:" line; None: not in the log
 
     @property
     def libfabric(self) -> bool:
@@ -48,10 +62,13 @@ class NcclNet(ParseModel):
 
 def parse_net(text: str) -> NcclNet:
     using = assigned = via = provider = plugin = nccl = efa_absent = None
-    nics = None
+    nics = dmabuf = peermem = None
     socket_init = False
-    n = 0
+    n = net_channels = gdr_channels = 0
     for line in text.splitlines():
+        if line.startswith(PEERMEM_PREFIX):
+            peermem = tuple(m for m in re.split(r"[\s,]+", line[len(PEERMEM_PREFIX):]) if m)
+            continue
         if EFA_EMPTY in line:
             efa_absent = efa_absent or line.strip()
             continue
@@ -74,9 +91,15 @@ def parse_net(text: str) -> NcclNet:
             plugin = m.group(1)
         if nccl is None and "NCCL version" in line and (m := _NCCL_VERSION.search(line)):
             nccl = m.group(1)
+        if "via NET/" in line and (m := _CHANNEL_NET.search(line)):
+            net_channels += 1
+            gdr_channels += m.group(1).startswith("/GDRDMA")
+        if "DMA-BUF registrations" in line and (m := _DMABUF.search(line)):
+            dmabuf = m.group(1).lower() == "true"
     network = using or assigned or via
     if network is None and socket_init and plugin is None and provider is None:
         network = "Socket"  # NCCL set up its socket transport and nothing else
     socket = network is not None and network.lower().startswith("socket")
     return NcclNet(network=network, provider=provider, nics=nics, socket_fallback=socket, plugin_version=plugin,
-                   nccl_version=nccl, efa_absent=efa_absent, lines=n)
+                   nccl_version=nccl, efa_absent=efa_absent, lines=n, net_channels=net_channels,
+                   gdr_channels=gdr_channels, dmabuf=dmabuf, peermem=peermem)
