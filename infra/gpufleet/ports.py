@@ -32,6 +32,7 @@ class Instance:
     batch: int
     block: int
     private_ip: str | None = None
+    generation: int = 0  # its replacement-generation tag (gpufleet.tagging.GENERATION): replacements before it
 
 
 @dataclass(frozen=True)

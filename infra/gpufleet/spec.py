@@ -264,6 +264,10 @@ class RolloutConfig(_Model):
     target_batch: int | None = Field(default=None, ge=0, le=100_000)
     allow_shrink: bool = False
     replace_action: Literal["stop-and-report", "terminate"] = "stop-and-report"
+    # slot -> the replacement generation its instance is tagged with (gpufleet.tagging.GENERATION);
+    # set by the rollout before a replacement's targeted `up` (`config set --path
+    # 'gpufleet:rollout.slotGenerations["<slot>"]' n`), never by hand; a slot not listed is 0
+    slot_generations: dict[str, Annotated[int, Field(ge=0, le=100_000)]] = Field(default_factory=dict)
     state_backend: LocalBackend | S3Backend = Field(default=LocalBackend(), discriminator="type")
 
 

@@ -9,7 +9,7 @@ The provider's `default_tags` carry the stack-wide tags; resources repeat them i
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Mapping, Protocol
 
 STACK = "gpufleet.io/stack"
 CLUSTER = "gpufleet.io/cluster"
@@ -17,9 +17,14 @@ BATCH = "gpufleet.io/batch"
 BLOCK = "gpufleet.io/block"
 SLOT = "gpufleet.io/slot"
 ROLE = "gpufleet.io/role"
+# a GPU instance's replacement generation: 0 for a slot's first instance, n for its n-th replacement
+# (a reimage keeps it). Why: the spares a rollout bought are then on the instances themselves, so a
+# journal cut by hand cannot make a resumed rollout buy past its spare budget (rollout.reconcile).
+GENERATION = "gpufleet.io/generation"
 MANAGED_BY = "managed-by"
 MANAGED_BY_VALUE = "gpufleet"
 REQUIRED = (STACK, CLUSTER, MANAGED_BY)
+# GENERATION is not required: an instance launched before the tag existed reads as generation 0
 NODE_REQUIRED = REQUIRED + (BATCH, BLOCK, SLOT)
 
 
@@ -45,6 +50,13 @@ def with_role(tags: dict[str, str], role: str, name: str | None = None) -> dict[
     return out
 
 
-def node_tags(tags: dict[str, str], slot: SlotIdentity) -> dict[str, str]:
+def node_tags(tags: dict[str, str], slot: SlotIdentity, generation: int = 0) -> dict[str, str]:
     return {**tags, ROLE: "gpu-node", "Name": slot.name, SLOT: slot.name, BATCH: str(slot.batch),
-            BLOCK: str(slot.block)}
+            BLOCK: str(slot.block), GENERATION: str(generation)}
+
+
+def generation_of(tags: Mapping[str, str] | None) -> int:
+    """The replacement generation an instance's tags name; 0 when absent or not a count (an
+    instance launched before the tag existed, or a hand-edited tag: the journal's count then rules)."""
+    value = str((tags or {}).get(GENERATION, "")).strip()
+    return int(value) if value.isdigit() else 0

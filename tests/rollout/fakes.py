@@ -96,7 +96,7 @@ class FakeCloud:
         g = self.generation.get(s.name, 0) + 1
         self.generation[s.name] = g
         inst = Instance(slot=s.name, instance_id=f"i-{s.index:05d}{g:02d}", batch=s.batch, block=s.block,
-                        private_ip=f"10.0.{s.index // 250}.{s.index % 250 + 4}")
+                        private_ip=f"10.0.{s.index // 250}.{s.index % 250 + 4}", generation=g - 1)
         self.instances[s.name] = inst
         self.ledger.append(("launch", s.name, inst.instance_id))
         return inst

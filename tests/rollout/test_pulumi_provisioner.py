@@ -140,6 +140,15 @@ AFTER_UP = [["stack", "output", "--json", "--stack", STACK], ["stack", "output",
 EXPORT = ["stack", "export", "--stack", STACK]
 
 
+def generation_key(slot_name: str) -> str:
+    return f'gpufleet:rollout.slotGenerations["{slot_name}"]'
+
+
+def SET_GENERATION(slot_name: str, n: int) -> list[str]:  # noqa: N802
+    return ["config", "set", "--path", generation_key(slot_name), "--plaintext", "--stack", STACK,
+            "--non-interactive", "--", str(n)]
+
+
 def _provisioner(fake: FakePulumi, tmp_path: Path, ec2=None, progress=None, attempts: int = 3):
     project = Project(root=tmp_path, name="gpufleet", stacks_dir=tmp_path / "stacks")
     from gpufleet.spec import load_stack
@@ -317,7 +326,9 @@ def test_replace_takes_the_instance_out_of_service_forgets_it_and_recreates_the_
     stubber.assert_no_pending_responses()
     assert (new.slot, new.instance_id, new.private_ip) == ("gpu-b0000-n00001", "i-0f9e8d7c6b5a40311", "10.0.0.9")
     assert urn == p.instance_urn("gpu-b0000-n00001")
-    assert _argv(fake.calls) == [SELECT, EXPORT, ["state", "delete", urn, "--force", "--yes", "--stack", STACK],
+    # the new instance's generation tag is in the config before the old one is forgotten
+    assert _argv(fake.calls) == [SELECT, EXPORT, SET_GENERATION("gpu-b0000-n00001", 1),
+                                 ["state", "delete", urn, "--force", "--yes", "--stack", STACK],
                                  ["up", "--yes", "--skip-preview", "--target", urn, "--color", "never",
                                   "--suppress-progress", "--continue-on-error", "--exec-kind", "auto.local",
                                   "--event-log", "<log>", "--stack", STACK], *AFTER_UP]
@@ -332,10 +343,13 @@ def test_replace_after_a_crash_past_the_forget_only_recreates(tmp_path):
     fake = FakePulumi([("up-replace-n00001.jsonl", 0, "")])
     fake.seed("up-batch1-created.jsonl")
     urn = next(u for u in fake.resources if u.endswith("::gpu-b0000-n00001"))
-    del fake.resources[urn]  # the earlier attempt stopped and forgot it, then died
+    del fake.resources[urn]  # the earlier attempt set the generation, stopped and forgot it, then died
+    fake.config[generation_key("gpu-b0000-n00001")] = "1"
     p, _ = _provisioner(fake, tmp_path)  # no EC2 call may happen now
     assert p.replace(BATCH1[1], "terminate").instance_id == "i-0f9e8d7c6b5a40311"
-    assert [c[:2] for c in fake.calls] == [SELECT[:2], EXPORT[:2], ["up", "--yes"], *[c[:2] for c in AFTER_UP]]
+    assert [c[:2] for c in fake.calls] == [SELECT[:2], EXPORT[:2], ["config", "get"], ["config", "set"],
+                                           ["up", "--yes"], *[c[:2] for c in AFTER_UP]]
+    assert fake.calls[3][-1] == "1"  # the same generation the forgotten call meant, not one past it
 
 
 def test_an_unknown_replace_action_is_refused(tmp_path):
@@ -354,3 +368,39 @@ def test_the_urn_it_targets_is_the_one_the_program_registers(tmp_path):
     p = PulumiProvisioner(auto.Stack.select("dev", auto.LocalWorkspace(work_dir=str(tmp_path), pulumi_command=fake)),
                           project.name, ec2=lambda: pytest.fail("no EC2 call expected"))
     assert p.instance_urn("dev-b0000-n00000") == node.urn
+
+
+# --- the replacement-generation tag (issue 21 item 6: spares rebuilt from the provider) -------------
+
+def test_inventory_reads_each_instances_generation_tag_an_untagged_one_is_0(tmp_path):
+    fake = FakePulumi([])
+    fake.seed("up-batch1-created.jsonl")
+    urn = next(u for u in fake.resources if u.endswith("::gpu-b0000-n00001"))
+    fake.resources[urn]["outputs"]["tags"]["gpufleet.io/generation"] = "2"
+    p, _ = _provisioner(fake, tmp_path)
+    assert {s: i.generation for s, i in p.inventory().items()} == {"gpu-b0000-n00000": 0, "gpu-b0000-n00001": 2}
+
+
+def test_a_replacement_is_tagged_one_past_the_instance_it_replaces(tmp_path, ec2):
+    moto, _, client, image = ec2
+    fake = FakePulumi([("up-replace-n00001.jsonl", 0, "")])
+    urn = _seed_with(fake, "gpu-b0000-n00001", _real_instance(moto, image))
+    fake.resources[urn]["outputs"]["tags"]["gpufleet.io/generation"] = "2"  # its third instance
+    p, _ = _provisioner(fake, tmp_path, ec2=lambda: client)
+    p.replace(BATCH1[1], "terminate")
+    calls = _argv(fake.calls)
+    assert calls.index(SET_GENERATION("gpu-b0000-n00001", 3)) < calls.index(
+        ["state", "delete", urn, "--force", "--yes", "--stack", STACK])
+    assert fake.config[generation_key("gpu-b0000-n00001")] == "3"
+
+
+def test_the_nodes_output_carries_the_generation_and_an_older_row_reads_0():
+    from gpufleet.rollout.pulumi_provisioner import next_generation, nodes_from_output
+    from gpufleet.ports import Instance
+
+    rows = {"1": [{"slot": "a", "instanceId": "i-1", "privateIp": "10.0.0.1", "batch": 1, "block": 0, "generation": 4},
+                  {"slot": "b", "instanceId": "i-2", "privateIp": "10.0.0.2", "batch": 1, "block": 0}]}
+    assert {s: i.generation for s, i in nodes_from_output(rows).items()} == {"a": 4, "b": 0}
+    old = Instance(slot="a", instance_id="i-1", batch=1, block=0, generation=4)
+    assert next_generation(old, None) == next_generation(old, 9) == 5  # the state's instance rules
+    assert next_generation(None, 5) == 5 and next_generation(None, None) == 0

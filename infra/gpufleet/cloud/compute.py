@@ -103,6 +103,7 @@ class Compute(pulumi.ComponentResource):
             update_default_version=True, tags=t.with_role(tags, "launch-template"), opts=child)
         self.instances: dict[str, aws.ec2.Instance] = {}
         self.slots = list(slots)
+        self.generations = dict(spec.rollout.slot_generations)  # slot -> its instance's replacement generation
         for slot in self.slots:
             reservation = reservation_for(slot.index, len(plan.nodes), ids)
             self.instances[slot.name] = aws.ec2.Instance(
@@ -118,7 +119,7 @@ class Compute(pulumi.ComponentResource):
                     aws.ec2.InstanceCapacityReservationSpecificationArgs(
                         capacity_reservation_target=aws.ec2.InstanceCapacityReservationSpecificationCapacityReservationTargetArgs(
                             capacity_reservation_id=reservation)) if reservation else None),
-                tags=t.node_tags(tags, slot),
+                tags=t.node_tags(tags, slot, spec.rollout.slot_generations.get(slot.name, 0)),
                 opts=pulumi.ResourceOptions(parent=self, protect=slot.protected,
                                             ignore_changes=slot.frozen_properties,
                                             delete_before_replace=slot.reimage))
@@ -126,9 +127,11 @@ class Compute(pulumi.ComponentResource):
                                "launchTemplateId": self.launch_template.id, "instances": len(self.instances)})
 
     def inventory(self) -> pulumi.Output[dict[str, list[dict]]]:
-        """Per batch: slot, instance id, private IP, batch, block (the rollout's node list)."""
+        """Per batch: slot, instance id, private IP, batch, block, replacement generation (the rollout's node list)."""
+        generations = self.generations
         rows = [pulumi.Output.all(self.instances[s.name].id, self.instances[s.name].private_ip).apply(
-            lambda a, s=s: {"slot": s.name, "instanceId": a[0], "privateIp": a[1], "batch": s.batch, "block": s.block})
+            lambda a, s=s: {"slot": s.name, "instanceId": a[0], "privateIp": a[1], "batch": s.batch, "block": s.block,
+                            "generation": generations.get(s.name, 0)})
             for s in self.slots]
 
         def group(items: list[dict]) -> dict[str, list[dict]]:

@@ -123,6 +123,10 @@ class RowCache:
                                     "took": 0.0}
 
 
+def _first(names: list[str], shown: int = 10) -> str:
+    return ",".join(names[:shown]) + (f",+{len(names) - shown} more" if len(names) > shown else "") or "none"
+
+
 def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
     """One plain line per quarantine, replacement, capacity retry and halt (node, reason), as it
     happens, in `key=value` form a CI log reader can grep (`grep 'gpufleet: quarantine'`)."""
@@ -152,6 +156,11 @@ def log_lines(event: Mapping[str, Any], state: RolloutState) -> list[str]:
                 continue
             out.append(f"gpufleet: reconcile node={slot} action={d.get('action')} journal={d.get('journal_instance')} "
                        f"provider={d.get('provider_instance')} pool={d.get('pool')}")
+        if event.get("spares"):
+            sp = event["spares"]
+            out.append(f"gpufleet: reconcile spares journal={sp.get('journal')} provider={sp.get('provider')} "
+                       f"used={sp.get('used')} budget={sp.get('budget')} "
+                       f"slots={_first(sorted(sp.get('slots') or ()))}")
     elif to == "halted" and kind in ("batch", "rollout"):
         where = f"batch={k}" if kind == "batch" else "rollout"
         out.append(f"gpufleet: halt {where} reason={_quote(event.get('reason', ''))}")

@@ -215,12 +215,15 @@ class Orchestrator:
         found = reconcile.differences(self.state, inventory, pool)
         if self.state.finished or self.state.halted:  # nothing runs on: on record and shown, never acted on
             found = {slot: {**d, "action": "report"} for slot, d in found.items()}
-        if not found:
+        # the spares bought, from the instances' generation tags where the journal knows fewer: the
+        # budget below (`state.spares_used`) is then checked against what the provider launched
+        spares = reconcile.spares(self.state, inventory, found, self.spares)
+        if not found and spares is None:
             return
         for slot, d in found.items():
             if d["action"] == "adopt":
                 self.ports.pool.release(slot)  # the old instance's registration, if the pool had one
-        self.journal.append({"type": "reconciled", "nodes": found})
+        self.journal.append({"type": "reconciled", "nodes": found, **({"spares": spares} if spares else {})})
 
     def _rebuild_baselines(self) -> None:
         """On resume the communication baseline file is rewritten from the journal: a kill between a

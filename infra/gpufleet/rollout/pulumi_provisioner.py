@@ -20,7 +20,8 @@ A quota or any other error stops with the engine's own message.
 to EC2 with reason codes, or terminate it), forgets it in the state (`pulumi state delete
 --force`: every deployed instance is protected, and a stopped-and-reported one must outlive the
 stack's claim on it), then runs an `up --target` on the slot's URN: the program registers the
-slot again and the engine creates a new instance with the same name. Every step is safe to run
+slot again and the engine creates a new instance with the same name, tagged with its replacement
+generation (`gpufleet:rollout.slotGenerations["<slot>"]`, set first: one past the old instance's tag). Every step is safe to run
 again after a crash: the state is the truth, and a slot with no instance in it is just created.
 
 `reimage(slots, ami)` moves live slots to another image the program's own way: it sets the
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 
 TARGET_KEY = "gpufleet:rollout.targetBatch"
 SLOT_AMIS_KEY = "gpufleet:image.slotAmis"  # + ["<slot>"], path-aware: the stack's image key stays one object
+SLOT_GENERATIONS_KEY = "gpufleet:rollout.slotGenerations"  # + ["<slot>"]: the new instance's generation tag
 NODES_OUTPUT = "nodes"
 CLIENTS_OUTPUT = "storageClients"  # the storage base check's clients (gpufleet.cloud.storage_clients)
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
@@ -103,7 +105,7 @@ def instance_from_state(outputs: Mapping[str, Any]) -> Instance | None:
     if tags.get(t.ROLE) != "gpu-node" or not outputs.get("id") or not tags.get(t.SLOT):
         return None
     return Instance(slot=tags[t.SLOT], instance_id=str(outputs["id"]), batch=int(tags[t.BATCH]),
-                    block=int(tags[t.BLOCK]), private_ip=outputs.get("privateIp"))
+                    block=int(tags[t.BLOCK]), private_ip=outputs.get("privateIp"), generation=t.generation_of(tags))
 
 
 @dataclass
@@ -160,12 +162,14 @@ def classify(text: str) -> str | None:
 
 
 def nodes_from_output(value: Any) -> dict[str, Instance]:
-    """The program's `nodes` output ({batch: [{slot, instanceId, privateIp, batch, block}]}) by slot."""
+    """The program's `nodes` output ({batch: [{slot, instanceId, privateIp, batch, block, generation}]})
+    by slot; a row without `generation` (a stack last updated before it) reads as 0."""
     out: dict[str, Instance] = {}
     for rows in (value or {}).values():
         for row in rows:
             out[row["slot"]] = Instance(slot=row["slot"], instance_id=row["instanceId"], batch=int(row["batch"]),
-                                        block=int(row["block"]), private_ip=row.get("privateIp"))
+                                        block=int(row["block"]), private_ip=row.get("privateIp"),
+                                        generation=int(row.get("generation") or 0))
     return out
 
 
@@ -179,6 +183,20 @@ def clients_from_output(value: Any) -> dict[str, Instance]:
 def slot_ami_key(slot: str) -> str:
     """The `config set --path` key of one slot's image override (quoted: slot names hold dashes)."""
     return f'{SLOT_AMIS_KEY}["{slot}"]'
+
+
+def slot_generation_key(slot: str) -> str:
+    """The `config set --path` key of the replacement generation the program tags a slot's instance with."""
+    return f'{SLOT_GENERATIONS_KEY}["{slot}"]'
+
+
+def next_generation(old: Instance | None, configured: int | None) -> int:
+    """The generation a slot's replacement is tagged with: one past the instance it replaces; when the
+    state has forgotten that instance already (a crash after `state delete`), what the config was set
+    to before it was forgotten (0 for a slot that never had one). Pure, so a resumed call tags alike."""
+    if old is not None:
+        return old.generation + 1
+    return configured or 0
 
 
 def images_from_state(deployment: Mapping[str, Any]) -> dict[str, str | None]:
@@ -278,6 +296,11 @@ class PulumiProvisioner:
         with self._lock:
             old = self._state_nodes().get(slot.name)
             urn = self.instance_urn(slot.name)
+            # the program tags the new instance with it; set before the old one is forgotten, so a call
+            # resumed past the forget finds it in the config (a crash before the forget, then an untargeted
+            # `up`, retags the old instance: the count then runs one high, never low)
+            configured = None if old is not None else self._configured_generation(slot.name)
+            self._set_generation(slot.name, next_generation(old, configured))
             if old is not None:  # not yet forgotten (a crash may have come after this point before)
                 self._take_out_of_service(old, action, reason)
                 self.stack._run_pulumi_cmd_sync(["state", "delete", urn, "--force", "--yes"])
@@ -389,6 +412,19 @@ class PulumiProvisioner:
 
     def instance_urn(self, slot: str) -> str:
         return f"urn:pulumi:{self.stack.name}::{self.project_name}::{NODE_PARENT_TYPE}${INSTANCE_TYPE}::{slot}"
+
+    def _configured_generation(self, slot: str) -> int | None:
+        from pulumi import automation as auto
+
+        try:
+            return int(self.stack.get_config(slot_generation_key(slot), path=True).value)
+        except (auto.errors.CommandError, ValueError):  # not set: the slot's instances were never replaced
+            return None
+
+    def _set_generation(self, slot: str, generation: int) -> None:
+        from pulumi import automation as auto
+
+        self.stack.set_config(slot_generation_key(slot), auto.ConfigValue(value=str(generation)), path=True)
 
     def _raise_target(self, batch: int) -> None:
         """Set the batch target to `batch` unless it is already at least that (a lower one is a shrink)."""

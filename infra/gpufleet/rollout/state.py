@@ -203,12 +203,22 @@ class RolloutState:
     batches: dict[int, BatchState] = field(default_factory=dict)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     acceptance: dict[str, AcceptanceState] = field(default_factory=dict)
+    # slot -> the replacements its provider instance's generation tag showed on resume (a journal cut
+    # by hand can know fewer, or not know the slot at all): a floor under the journal's own count
+    spare_floor: dict[str, int] = field(default_factory=dict)
     last_seq: int = 0
     events: int = 0
 
+    def replacements_of(self, slot: str) -> int:
+        """Spares the slot consumed: the journal's count, or the provider's tag where that is higher."""
+        n = self.nodes.get(slot)
+        return max(n.replacements if n is not None else 0, self.spare_floor.get(slot, 0))
+
     @property
     def spares_used(self) -> int:
-        return sum(n.replacements for n in self.nodes.values())
+        """Spares consumed, what the budget is checked against: never below what the provider's
+        generation tags say was bought (gpufleet.rollout.reconcile.spares)."""
+        return sum(self.replacements_of(slot) for slot in {*self.nodes, *self.spare_floor})
 
     def batch_nodes(self, batch: int) -> list[NodeState]:
         return [n for n in self.nodes.values() if n.batch == batch]
@@ -508,14 +518,18 @@ def _acceptance(state: RolloutState, e: Mapping[str, Any]) -> None:
 
 def _reconciled(state: RolloutState, e: Mapping[str, Any]) -> None:
     """The journal checked against the provider on resume (gpufleet.rollout.reconcile): an adopted
-    slot restarts its gates on the provider's instance, a spare counted; the rest is on record only."""
+    slot restarts its gates on the provider's instance, a spare counted (its generation tag's count
+    where that is higher); the spares the provider's tags show raise the floor under the journal's
+    count; the rest is on record only."""
+    for slot, d in ((e.get("spares") or {}).get("slots") or {}).items():
+        state.spare_floor[slot] = max(state.spare_floor.get(slot, 0), int(d.get("provider") or 0))
     for slot, d in e["nodes"].items():
         if d.get("action") != "adopt":
             continue
         n = state.node(slot)
         if not d.get("provider_instance"):
             raise IllegalTransition(f"{slot}: adopted without the provider's instance")
-        n.replacements += 1
+        n.replacements = max(n.replacements + 1, int(d.get("provider_generation") or 0))
         n.instance_id, n.address, n.shortfall = d["provider_instance"], d.get("private_ip"), None
         n.attempt, n.previous, n.decision, n.gate_record, n.bundle, n.remediation = 1, None, None, None, None, None
         n.stage = S.PROVISIONED

@@ -80,7 +80,7 @@ class SimFleet:
         return W.SimInstance(slot.name, p["instance_id"], p["private_ip"], slot.batch, slot.block, 0, ami=p.get("ami"))
 
     def replacement_instance(self, slot: NodeSlot, generation: int, ami: str | None = None,
-                             ahead: int = 0) -> W.SimInstance:
+                             ahead: int = 0, tag_generation: int = 0) -> W.SimInstance:
         """A deterministic new id; the IP is the next free address of the compute subnet after the
         highest one the program gave a planned slot, one per replacement or reimage in ledger order
         (`ahead`: relaunches of the same call not in the ledger yet)."""
@@ -90,7 +90,7 @@ class SimFleet:
                                     f"of {slot.name}")
         iid = "i-" + W.cache_key(self.stack, slot.name, str(generation))[:17]
         return W.SimInstance(slot.name, iid, str(ipaddress.IPv4Address(offset)), slot.batch, slot.block, generation,
-                             ami=ami)
+                             ami=ami, tag_generation=tag_generation)
 
     def profile(self, inst: W.SimInstance) -> NodeProfile:
         seeded = self.faults.fault_of(inst.slot, inst.generation)

@@ -11,6 +11,10 @@ Images: a slot's first instance boots the AMI the real program gives it; a repla
 image of the instance it replaces (as `pulumi up` after `state delete` does: the slot keeps its
 recorded AMI); `reimage(slots, ami)` is what setting `image.slotAmis` and a targeted `up` do: the
 old instance terminated, a new one launched from `ami` with that image's versions installed.
+
+Tags: every instance carries its replacement generation (gpufleet.tagging.GENERATION, in the
+ledger's `tag_generation` and the inventory's `Instance.generation`) as the real program writes it:
+0 for a slot's first instance, one more per replacement, kept by a reimage.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ ICE = ("InsufficientInstanceCapacity: We currently do not have sufficient {t} ca
 
 
 def port_instance(i: SimInstance) -> Instance:
-    return Instance(slot=i.slot, instance_id=i.instance_id, batch=i.batch, block=i.block, private_ip=i.private_ip)
+    return Instance(slot=i.slot, instance_id=i.instance_id, batch=i.batch, block=i.block, private_ip=i.private_ip,
+                    generation=i.tag_generation)
 
 
 class SimProvisioner:
@@ -89,8 +94,10 @@ class SimProvisioner:
             return port_instance(old)
         newest = c.ledger.newest_generation(slot.name)
         generation = 0 if newest is None else newest + 1
+        tag = c.ledger.newest_tag(slot.name)
         new = (c.first_instance(slot) if generation == 0 else
-               c.replacement_instance(slot, generation, ami=c.ledger.image(slot.name)))
+               c.replacement_instance(slot, generation, ami=c.ledger.image(slot.name),
+                                      tag_generation=0 if tag is None else tag + 1))
         events = []
         if old is not None:
             events.append({"event": "stop" if action == "stop-and-report" else "terminate", "slot": slot.name,
@@ -128,7 +135,8 @@ class SimProvisioner:
             if old is not None and old.ami == ami:
                 continue
             newest = c.ledger.newest_generation(slot.name)
-            new = c.replacement_instance(slot, 0 if newest is None else newest + 1, ami=ami, ahead=len(launched))
+            new = c.replacement_instance(slot, 0 if newest is None else newest + 1, ami=ami, ahead=len(launched),
+                                         tag_generation=c.ledger.newest_tag(slot.name) or 0)
             if old is not None:
                 events.append({"event": "terminate", "slot": slot.name, "instance_id": old.instance_id})
             events.append(_launch(new, "reimage"))
@@ -144,4 +152,5 @@ class SimProvisioner:
 
 def _launch(inst: SimInstance, by: str) -> dict:
     return {"event": "launch", "slot": inst.slot, "instance_id": inst.instance_id, "private_ip": inst.private_ip,
-            "batch": inst.batch, "block": inst.block, "generation": inst.generation, "ami": inst.ami, "by": by}
+            "batch": inst.batch, "block": inst.block, "generation": inst.generation, "ami": inst.ami,
+            "tag_generation": inst.tag_generation, "by": by}

@@ -37,12 +37,15 @@ class SimInstance:
     generation: int  # 0: the slot's first instance; each replacement or reimage adds one
     state: str = "running"  # running | stopped | terminated
     ami: str | None = None  # the image it booted (None: launched before the simulator kept images)
+    # its replacement-generation tag (gpufleet.tagging.GENERATION): 0 first, +1 per replacement, a
+    # reimage keeps it; unlike `generation` (this slot's n-th launch, which picks its seeded fault)
+    tag_generation: int = 0
 
 
 class Ledger:
     """Append-only JSONL of what the simulated cloud did; one fsync'd line per effect.
 
-    Events: `launch` (slot, instance_id, private_ip, batch, block, generation, ami,
+    Events: `launch` (slot, instance_id, private_ip, batch, block, generation, ami, tag_generation,
     by: provision|replace|reimage), `stop` / `terminate` (slot, instance_id), `shortfall` (slot,
     batch). A reimage is a `terminate` of the slot's instance and a `launch` from the new image. A
     torn last line (a kill mid-write) is cut off on open: that effect never reached anyone.
@@ -58,6 +61,7 @@ class Ledger:
         self._relaunches = 0  # replacements and reimages: each took a fresh address
         self._generation: dict[str, int] = {}  # slot -> its newest instance's generation
         self._image: dict[str, str | None] = {}  # slot -> the image its newest instance booted
+        self._tag: dict[str, int] = {}  # slot -> its newest instance's replacement-generation tag
         self._recover()
 
     def _recover(self) -> None:
@@ -85,13 +89,14 @@ class Ledger:
         kind = e["event"]
         if kind == "launch":
             inst = SimInstance(e["slot"], e["instance_id"], e["private_ip"], e["batch"], e["block"], e["generation"],
-                               ami=e.get("ami"))
+                               ami=e.get("ami"), tag_generation=int(e.get("tag_generation") or 0))
             self._instances[inst.instance_id] = inst
             self._current[inst.slot] = inst
             self._replacements += e["by"] == "replace"
             self._relaunches += e["by"] in ("replace", "reimage")
             self._image[inst.slot] = inst.ami
             self._generation[inst.slot] = max(self._generation.get(inst.slot, -1), inst.generation)
+            self._tag[inst.slot] = inst.tag_generation
         elif kind in ("stop", "terminate"):
             old = self._instances[e["instance_id"]]
             self._instances[old.instance_id] = replace(old, state="stopped" if kind == "stop" else "terminated")
@@ -137,6 +142,10 @@ class Ledger:
     def newest_generation(self, slot: str) -> int | None:
         """The generation of the slot's newest instance; None when the slot never had one."""
         return self._generation.get(slot)
+
+    def newest_tag(self, slot: str) -> int | None:
+        """The replacement-generation tag of the slot's newest instance; None when it never had one."""
+        return self._tag.get(slot)
 
     def replacements(self) -> int:
         return self._replacements
