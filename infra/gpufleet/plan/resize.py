@@ -304,7 +304,7 @@ def _partition_field(plan: ClusterPlan, name: str | None) -> str:
 
 
 def add_changes(builder: Any, resize: Resize, usd_per_hour: float | None = None,
-                instances: Mapping[str, str] | None = None) -> None:
+                instances: Mapping[str, str] | None = None, launches: bool = True) -> None:
     """The resize's lines in a change set (`gpufleet.changeset.ChangeSetBuilder`): a launch per new
     slot; a drain, release and terminate per released slot; block and partition as the detail."""
     part = dict(resize.block_partition or {})
@@ -313,7 +313,7 @@ def add_changes(builder: Any, resize: Resize, usd_per_hour: float | None = None,
         p = part.get(s.block)
         return f"block {s.block}" + (f", partition {p}" if p else "") + f", batch {s.batch}"
     if resize.kind == "grow":
-        for s in resize.added:
+        for s in resize.added if launches else ():
             builder.add("launch", "instance", s.name, f"grow: {where(s)} (new batch)", usd_per_hour)
         builder.note(f"grow {resize.from_nodes} -> {resize.to_nodes} nodes: {len(resize.added)} new slot(s) in "
                      f"batch(es) {', '.join(map(str, resize.new_batches))}, through the same gates; "

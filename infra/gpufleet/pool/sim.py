@@ -61,7 +61,8 @@ class SimPool:
         with self._edit() as doc:
             staged: dict[str, PoolNode] = {}
             for node in nodes:  # validate every node first: all or nothing
-                if self.slots is not None and node.slot not in self.slots:
+                # a node the pool already has is known even once the plan drops it (a shrink drains it)
+                if self.slots is not None and node.slot not in self.slots and node.slot not in doc["nodes"]:
                     raise PoolError("no such slot in this stack's plan", node=node.slot)
                 if self.partitions is not None and node.partition is not None and node.partition not in self.partitions:
                     raise PoolError(f"partition {node.partition!r} is not in this pool "

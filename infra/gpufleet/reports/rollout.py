@@ -14,7 +14,7 @@ from gpufleet.gates.verdict import CheckResult
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.reports.rollout_document import rollout_document
 from gpufleet.reports.rollout_model import (AcceptanceLine, BatchLine, EarlierAttempt, PartitionLine, Quarantine,
-                                            Replacement, RolloutReport)
+                                            Replacement, ResizeLine, RolloutReport)
 from gpufleet.reports.write import write_report
 from gpufleet.rollout.display import key_figures
 from gpufleet.rollout.state import ACCEPTANCE_STAGES, NodeStage, RolloutState, StageStatus
@@ -47,9 +47,10 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
     gpus = plan.topology.gpus_per_node
     admitted = {s for s, n in state.nodes.items() if n.stage is NodeStage.ADMITTED}
     partitions = []
+    name_of = {s.index: s.name for s in plan.nodes}  # by node index: a shrunk plan's positions have gaps
     for p in plan.partitions:
         units = [u for u in plan.units if u.partition == p.name]
-        ok = [u for u in units if all(plan.nodes[i].name in admitted for i in u.nodes)]
+        ok = [u for u in units if all(name_of.get(i) in admitted for i in u.nodes)]
         partitions.append(PartitionLine(name=p.name, units_planned=len(units), units_available=len(ok),
                                         gpus_available=len(ok) * plan.topology.unit_gpus))
     batches, quarantines, replacements = [], [], []
@@ -60,7 +61,7 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
             number=b.number, canary=b.canary, stage=bs.stage.value if bs else "pending", nodes=b.node_count,
             admitted=sum(1 for n in nodes if n.stage is NodeStage.ADMITTED),
             quarantined=sum(1 for n in nodes if n.stage is NodeStage.QUARANTINED),
-            first_failure_rate=round(len(bs.first_failures) / b.node_count, 4) if bs else 0.0,
+            first_failure_rate=round(len(bs.first_failures) / b.node_count, 4) if bs and b.node_count else 0.0,
             seconds={k: round(v, 1) for k, v in (bs.durations if bs else {}).items()},
             link_faults=list(bs.link_faults) if bs else [], reason=bs.reason if bs else ""))
     for slot, n in sorted(state.nodes.items()):
@@ -85,7 +86,7 @@ def build(plan: ClusterPlan, state: RolloutState, stack: str, pipelining: bool, 
         spares_used=state.spares_used, partitions=partitions, batches=batches,
         acceptance=acceptance_lines(state), quarantined=quarantines,
         replacements=replacements, link_faults=links, short=short, timeline=t.to_dict(), pipelining=pipelining,
-        wall_seconds=wall_seconds)
+        wall_seconds=wall_seconds, resizes=[ResizeLine(**r) for r in state.resizes])
 
 
 def write(report: RolloutReport, records: list[AdmissionRecord], directory: Path) -> list[Path]:

@@ -57,6 +57,19 @@ class Replacement(_M):
     new_instance: str | None
 
 
+class ResizeLine(_M):
+    """A grow or shrink by whole blocks (gpufleet.plan.resize), as the journal recorded it."""
+
+    kind: str  # grow | shrink
+    from_nodes: int
+    to_nodes: int
+    added: list[str] = Field(default_factory=list)  # grow: the new slots
+    new_batches: list[int] = Field(default_factory=list)
+    released: list[str] = Field(default_factory=list)  # shrink: the slots drained, released and terminated
+    released_blocks: list[int] = Field(default_factory=list)
+    status: str = "started"  # started | finished (a shrink: its last released slot terminated)
+
+
 class EarlierAttempt(_M):
     attempt: int
     reason_codes: list[str]
@@ -107,3 +120,4 @@ class RolloutReport(_M):
     timeline: dict[str, Any]
     pipelining: bool
     wall_seconds: float | None = None
+    resizes: list[ResizeLine] = Field(default_factory=list)  # grows and shrinks, in journal order

@@ -22,7 +22,6 @@ real (threaded) stack the window's batches in flight each run in a worker thread
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +30,12 @@ from typing import Protocol, Sequence
 from gpufleet.errors import ConfigError
 from gpufleet.gates.settings import GateSettings
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.plan.resize import Resize, layout_digest, record_of
 from gpufleet.rollout import baselines as bl
 from gpufleet.rollout import events, reconcile
 from gpufleet.rollout.batch_stages import BatchStages
 from gpufleet.rollout.journal import Journal
+from gpufleet.rollout.resize_run import run_shrink
 from gpufleet.rollout.run_config import Adapters, Options
 from gpufleet.rollout.state import BatchStage, NodeStage, RolloutState
 from gpufleet.rollout.timeline import BatchTimes, StackStages, elapsed
@@ -90,8 +91,10 @@ class Outcome:
 
 class Orchestrator:
     def __init__(self, plan: ClusterPlan, stack: str, adapters: Adapters, journal: Journal, settings: GateSettings,
-                 state_dir: Path, options: Options = Options(), hooks: StageHooks | None = None) -> None:
+                 state_dir: Path, options: Options = Options(), hooks: StageHooks | None = None,
+                 resize: Resize | None = None) -> None:
         self.plan, self.stack, self.ports, self.journal = plan, stack, adapters, journal
+        self.resize = resize  # grow or shrink by whole blocks (gpufleet.plan.resize); `plan` is its effective plan
         self.hooks = hooks
         self.settings, self.state_dir, self.options = settings, state_dir, options
         # a real stack's window: a worker thread per batch in flight (gpufleet.rollout.window_threads)
@@ -125,8 +128,7 @@ class Orchestrator:
 
     def layout(self) -> str:
         """What a journal is only valid for: the slots, their batches and blocks."""
-        text = "\n".join(f"{s.name} {s.batch} {s.block}" for s in self.plan.nodes)
-        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return layout_digest(self.plan.nodes)
 
     def _check_identity(self) -> None:
         """A journal is this stack's and this cluster's only: one copied from another stack or cluster
@@ -147,12 +149,16 @@ class Orchestrator:
     def run(self) -> Outcome:
         self.journal.cluster = self.plan.cluster
         if not self.state.started:
-            self.journal.append({"type": "rollout", "to": "started", "layout": self.layout(),
+            self.journal.append({"type": "rollout", "to": "started", "layout": self.layout(), "slots": record_of(self.plan),
                                  "batches": [b.number for b in self.plan.batches],
                                  "spare_nodes": self.spares, "instance_type": self.plan.instance_type})
         else:
             self._check_identity()
             self._settle_pending_creates()
+            if self.resize is not None and self.resize.changed and self.state.layout != self.layout():
+                self.journal.append(self.resize.event())  # before any node moves: a kill resumes it
+        if self.state.releasing:  # a shrink's released slots, before anything else runs
+            self._shrink()
         if self.state.started and self.state.layout not in (None, self.layout()):
             raise ConfigError("the stack's layout (slots, batches, blocks) changed since this rollout started",
                               field="gpufleet:cluster / gpufleet:rollout",
@@ -187,6 +193,13 @@ class Orchestrator:
                 return self.outcome()  # a canary-only plan has no batch 2 to run the smoke job before
             self.journal.append({"type": "rollout", "to": "finished"})
         return self.outcome()
+
+    def _shrink(self) -> None:
+        """Drain, wait for, release and terminate the slots a shrink released (gpufleet.rollout.resize_run)."""
+        released = (self.state.resize or {}).get("released", {})
+        blocks = {slot: (int(v[1]), v[3]) for slot, v in released.items()}
+        run_shrink(self.journal, self.ports, blocks, self.options.drain_timeout_s,
+                   poll_s=self.options.drain_poll_s)
 
     def _settle_pending_creates(self) -> None:
         """A real stack's creates an interrupted `up` left pending, settled before anything is bought

@@ -34,3 +34,5 @@ class Options:
     message_bytes: int = 16 * 2**30
     # post-canary batches in flight together (gpufleet.plan.window); None: one batch at a time
     window: Window | None = None
+    drain_timeout_s: float = 3600.0  # a shrink waits this long for its released slots' jobs (upgrade.drainTimeoutS)
+    drain_poll_s: float = 5.0

@@ -9,6 +9,10 @@ One event may move many nodes at once (a stage over a batch is one action, so on
 
     {"type": "rollout", "to": "started" | "finished" | "halted", "reason": ..., "batches": [1, 2, ...]}
     {"type": "batch", "batch": k, "to": "running" | "passed" | "halted", "reason": ...}
+    {"type": "resize", "to": "started", "kind": "grow" | "shrink", "layout": ..., "slots": {...}, "basis": ...,
+     "new_batches": [...], "released": {slot: [index, block, batch, partition]}}  (gpufleet.plan.resize)
+    {"type": "resize", "to": "finished"}  (a shrink's last released slot is terminated)
+    {"type": "release", "step": "drained" | "released" | "terminated", "nodes": {slot: {...}}}
     {"type": "nodes", "batch": k, "to": <NodeStage>, "nodes": {slot: {field: value}}, "stage": ..., "duration_s": ...}
     {"type": "decided", "batch": k, "nodes": {slot: {"action": ..., "record_digest": ..., "reason_code": ...}}}
     {"type": "gated", "batch": k, "nodes": {slot: {"result": "pass" | "quarantine" | "remediate", "record": ...}}}
@@ -206,6 +210,14 @@ class RolloutState:
     # slot -> the replacements its provider instance's generation tag showed on resume (a journal cut
     # by hand can know fewer, or not know the slot at all): a floor under the journal's own count
     spare_floor: dict[str, int] = field(default_factory=dict)
+    # the layout the journal records (gpufleet.plan.resize.RecordedSlots as JSON) and the digest of the
+    # fresh plan it was last resized for; None in journals started before they were recorded
+    layout_slots: dict[str, tuple[int, int, int, str | None]] | None = None
+    layout_basis: str | None = None
+    resize: dict[str, Any] | None = None  # the `resize` event under way (a shrink: until its last node is gone)
+    releasing: dict[str, str] = field(default_factory=dict)  # slot -> its shrink step: pending|drained|released
+    released: dict[str, NodeState] = field(default_factory=dict)  # slots a shrink took out (terminated)
+    resizes: list[dict[str, Any]] = field(default_factory=list)  # each resize, for the report
     last_seq: int = 0
     events: int = 0
 
@@ -290,6 +302,8 @@ def _rollout(state: RolloutState, e: Mapping[str, Any]) -> None:
             raise IllegalTransition("a finished or halted rollout cannot start again")
         state.started = True
         state.layout, state.started_at = e.get("layout"), e.get("at")
+        if e.get("slots") is not None:
+            state.layout_slots, state.layout_basis = _slots(e["slots"]), e.get("layout")
         for number in e.get("batches", ()):
             state.batch(int(number))
     elif to == "finished":
@@ -536,6 +550,69 @@ def _reconciled(state: RolloutState, e: Mapping[str, Any]) -> None:
         n.history.append((S.PROVISIONED.value, n.instance_id, None))
 
 
+def _slots(raw: Mapping[str, Any]) -> dict[str, tuple[int, int, int, str | None]]:
+    return {str(k): (int(v[0]), int(v[1]), int(v[2]), None if v[3] is None else str(v[3])) for k, v in raw.items()}
+
+
+def _resize(state: RolloutState, e: Mapping[str, Any]) -> None:
+    """Grow or shrink by whole blocks (gpufleet.plan.resize): the journal's layout becomes the new
+    one; a grow's new batches are pending (a finished rollout reopens for them); a shrink's
+    released slots leave the rollout's nodes at once and are worked off by `release` events."""
+    to = e["to"]
+    if to == "started":
+        if state.halted:
+            raise IllegalTransition("a halted rollout cannot be resized")
+        if state.resize is not None:
+            raise IllegalTransition("a resize is already under way")
+        state.layout, state.layout_basis = e["layout"], e.get("basis")
+        state.layout_slots = _slots(e["slots"])
+        state.resize = dict(e)
+        state.resizes.append({"kind": e["kind"], "from_nodes": int(e.get("from_nodes", 0)),
+                              "to_nodes": int(e.get("to_nodes", 0)), "added": list(e.get("added", ())),
+                              "new_batches": [int(k) for k in e.get("new_batches", ())],
+                              "released": sorted(e.get("released", {})),
+                              "released_blocks": [int(b) for b in e.get("released_blocks", ())],
+                              "status": "started" if e.get("released") else "finished"})
+        for number in e.get("new_batches", ()):
+            state.batch(int(number))
+        if e.get("new_batches"):
+            state.finished = False
+        for slot in e.get("released", {}):
+            n = state.nodes.pop(slot, None)
+            state.released[slot] = n if n is not None else NodeState(slot=slot, batch=int(e["released"][slot][2]))
+            state.releasing[slot] = "pending"
+        if not state.releasing:
+            state.resize = None  # a grow is done with this event: its batches run like any other
+    elif to == "finished":
+        if state.resize is None or state.releasing:
+            raise IllegalTransition(f"no resize to finish ({len(state.releasing)} slot(s) still being released)")
+        state.resize = None
+        state.resizes[-1]["status"] = "finished"
+    else:
+        raise IllegalTransition(f"resize cannot go to {to!r}")
+
+
+RELEASE_STEPS = ("pending", "drained", "released", "terminated")
+
+
+def _release(state: RolloutState, e: Mapping[str, Any]) -> None:
+    """One step of a shrink over released slots: drained (no new work, jobs ended), released (out of
+    the pool), terminated (the instance gone: the slot is done)."""
+    step = e["step"]
+    if step not in RELEASE_STEPS[1:]:
+        raise IllegalTransition(f"release step {step!r} is not one of {', '.join(RELEASE_STEPS[1:])}")
+    for slot in e["nodes"]:
+        now = state.releasing.get(slot)
+        if now is None:
+            raise IllegalTransition(f"{slot}: not being released")
+        if RELEASE_STEPS.index(step) != RELEASE_STEPS.index(now) + 1:
+            raise IllegalTransition(f"{slot}: release {now} -> {step} is not allowed")
+        if step == "terminated":
+            del state.releasing[slot]
+        else:
+            state.releasing[slot] = step
+
+
 _HANDLERS = {"rollout": _rollout, "batch": _batch, "nodes": _nodes, "decided": _decided, "retest": _retest,
              "gated": _gated, "network": _network, "stage": _stage, "reconciled": _reconciled,
-             "acceptance": _acceptance}
+             "acceptance": _acceptance, "resize": _resize, "release": _release}

@@ -109,7 +109,8 @@ def options(spec: ClusterSpec, until_batch: int | None, threaded: bool, plan: Cl
     return Options(until_batch=until_batch, pipelining=r.pipelining, threaded=threaded, window=window,
                    replace_action=r.replace_action, max_failure_rate=r.max_failure_rate,
                    canary_max_failure_rate=r.canary_max_failure_rate,
-                   message_bytes=spec.gates.baseline_message_bytes)
+                   message_bytes=spec.gates.baseline_message_bytes,
+                   drain_timeout_s=spec.upgrade.drain_timeout_s, drain_poll_s=1.0 if spec.simulated else 5.0)
 
 
 def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> Wiring:

@@ -28,8 +28,12 @@ from gpufleet.spec import ClusterSpec
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
 
 
-def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict[str, dict[str, str]]:
-    """slot -> {instance_id, private_ip} as the real program registers them under mocks, every batch up."""
+def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str,
+                       known: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+    """slot -> {instance_id, private_ip} as the real program registers them under mocks, every batch up.
+
+    `known`: what an earlier capture gave slots this one may not register (a stack shrunk by whole
+    blocks keeps slots past its new target: gpufleet.plan.resize); kept for those slots only."""
     from gpufleet.program.capture import capture_program
 
     cap = capture_program(spec, stack=stack, target_batch=len(plan.batches))
@@ -38,6 +42,9 @@ def captured_instances(spec: ClusterSpec, plan: ClusterPlan, stack: str) -> dict
     for r in cap.of_type(INSTANCE_TYPE):
         if r.name in slots:  # GPU nodes only (a Slurm head node is an instance too)
             out[r.name] = {"instance_id": r.outputs["id"], "private_ip": r.outputs["privateIp"], "ami": r.inputs["ami"]}
+    for name, entry in (known or {}).items():
+        if name in slots and name not in out:
+            out[name] = entry
     missing = [s.name for s in plan.nodes if s.name not in out]
     if missing:
         raise ProvisioningError(f"the Pulumi program registered no instance for {len(missing)} slot(s) "
@@ -97,7 +104,9 @@ class SimulatedCloud(SimFleet):
         W.write_atomic(directory / W.FAULTS, json.dumps(faults.to_json(), sort_keys=True, indent=1))
         key = program_cache_key(spec, stack)
         program = W.read_program_cache(directory / W.PROGRAM, key)
-        if program is None:
-            program = captured_instances(spec, plan, stack)
+        if program is None:  # captured again; slots a shrink kept past the new target keep their entries
+            old = W.read_json(directory / W.PROGRAM)
+            known = old.get("instances") if isinstance(old, dict) and isinstance(old.get("instances"), dict) else None
+            program = captured_instances(spec, plan, stack, known)
             W.write_program_cache(directory / W.PROGRAM, key, program)
         return cls(spec, plan, project, stack, program, bom, faults)

@@ -109,6 +109,15 @@ class SimProvisioner:
     def inventory(self) -> Mapping[str, Instance]:
         return {slot: port_instance(i) for slot, i in sorted(self.cloud.ledger.current().items())}
 
+    def terminate(self, slots: Sequence[str]) -> list[str]:
+        """A shrink's end (gpufleet.plan.resize): terminate the slots' instances, launching nothing
+        into them again. Idempotent: a slot with no running instance is skipped. Returns the ids."""
+        current = self.cloud.ledger.current()
+        events = [{"event": "terminate", "slot": s, "instance_id": current[s].instance_id}
+                  for s in slots if s in current]
+        self.cloud.ledger.append(events)
+        return [e["instance_id"] for e in events]
+
     # -- gpufleet.daytwo.reimage.Reimager
 
     def images(self) -> Mapping[str, str | None]:
