@@ -47,7 +47,8 @@ class SimPulumi:
 
     def _outputs(self, inst: Any) -> dict[str, Any]:
         return {"id": inst.instance_id, "instanceType": self.cloud.sku.name, "privateIp": inst.private_ip,
-                "tags": t.node_tags(t.base_tags(self.cloud.stack, self.cloud.plan.cluster), self.cloud.slots[inst.slot])}
+                "tags": t.node_tags(t.base_tags(self.cloud.stack, self.cloud.plan.cluster), self.cloud.slots[inst.slot],
+                                    inst.tag_generation)}
 
     def preview(self) -> list[StepView]:
         return [StepView(op="same", urn=self._urn(s), type=INSTANCE_TYPE)
@@ -85,7 +86,7 @@ class SimScanner:
         ami = c.spec.image.ami_id or ""  # the simulator models no images: empty unless the stack pins one
         found = {inst.instance_id: CloudInstance(
             id=inst.instance_id, state="running", instance_type=self.inj.cloud.get(slot, {}).get("instanceType", c.sku.name),
-            image_id=ami, subnet_id=None, placement_group=None, tags=t.node_tags(tags, c.slots[slot]),
+            image_id=ami, subnet_id=None, placement_group=None, tags=t.node_tags(tags, c.slots[slot], inst.tag_generation),
             matched_by=("tag",))
             for slot, inst in c.ledger.current().items()}
         for o in self.inj.orphans:
