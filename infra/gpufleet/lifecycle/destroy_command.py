@@ -16,6 +16,8 @@ Exit codes: 0 done (or nothing to destroy), 1 a step failed (resumable: the mess
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from gpufleet.changeset_command import confirm_changes, yes_option
@@ -67,6 +69,7 @@ def destroy(stack: str, yes: bool, dry_run: bool, cancel_jobs: bool, skip_backup
              f"destroy {stack}: nothing to destroy (no instances, pool nodes, storage, stack resources or journal)")
         return
     policy = "cancel" if cancel_jobs or any(s.kind == "jobs" and s.action == "cancel" for s in state.steps) else "wait"
+    steps = [replace(s, action=policy) if s.kind == "jobs" else s for s in steps]  # a resumed run may switch to cancel
     price, why_not = resolve(spec)
     changes = dp.change_set(stack, side.world, steps, usd_per_instance_hour=price.usd_per_instance_hour if price else None,
                             price_note=price.source if price else (why_not or ""), deadline_s=deadline)
