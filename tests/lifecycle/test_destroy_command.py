@@ -193,3 +193,27 @@ def test_destroy_on_a_simulated_stack_empties_its_world_and_a_new_rollout_starts
     assert fresh.exit_code == 0, fresh.output
     relaunched = {e["slot"] for e in _ledger(sd / "sim" / "ledger.jsonl") if e["event"] == "launch"}
     assert relaunched == set(launched)
+
+
+@pytest.mark.slow  # the shipped 1,000-GPU `local` stack: a rollout (~7 s) and its destroy (~1 s)
+def test_destroy_on_the_shipped_local_stack_after_its_rollout(tmp_path):
+    from tests.rollout.project import make_project
+
+    project = make_project(tmp_path / "p")
+    sd = project / ".gpufleet" / "local"
+    assert _cli(project, "rollout", "-s", "local").exit_code == 0
+    events = _ledger(sd / "sim" / "ledger.jsonl")  # the instances running: launched, not stopped or terminated
+    running = {e["instance_id"] for e in events if e["event"] == "launch"} - {
+        e["instance_id"] for e in events if e["event"] in ("stop", "terminate")}
+    admitted = [s for s, n in json.loads((sd / "pool.json").read_text())["nodes"].items() if n["state"] == "admitted"]
+    result = _cli(project, "destroy", "-s", "local", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["terminated"] == len(running) and doc["drained"] == len(admitted) >= 120
+    batches = [s["id"] for s in doc["steps"] if s["id"].startswith("terminate-")]
+    assert batches == sorted(batches, reverse=True) and len(batches) > 1  # batch by batch, the last first
+    assert not (sd / "sim").exists() and not (sd / "pool.json").exists()
+    [moved] = [p for p in sd.glob("destroyed.*") if p.is_dir()]
+    ended = {e["instance_id"] for e in _ledger(moved / "sim" / "ledger.jsonl") if e.get("by") == "destroy"}
+    assert ended == running
+    assert "nothing to destroy" in _cli(project, "destroy", "-s", "local").output
