@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from gpufleet.changeset import ChangeSet, ChangeSetBuilder
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.plan.resize import RecordedSlots, Resize, add_changes, decide, recorded_digest
 from gpufleet.project import Project
@@ -53,6 +53,12 @@ def resolve(spec: ClusterSpec, plan: ClusterPlan, state: RolloutState, project: 
     if recorded is None:
         return Resize("unchanged", plan)
     r = decide(recorded, plan, spec.rollout.batch_size, busy or {}, basis=state.layout_basis)
+    if r.changed and not spec.simulated:
+        raise ConfigError(f"{r.kind} from {r.from_nodes} to {r.to_nodes} nodes: resizing a rollout is supported on "
+                          "simulated stacks only so far (the Pulumi program does not yet take the rollout's "
+                          "resized layout: new batches would wait on the program's own batch numbers, and a "
+                          "shrink has no targeted terminate)", field="gpufleet:cluster.targetGpus",
+                          expected="the target the rollout has, or --restart to archive its journal")
     if r.kind == "shrink" and busy is None and project is not None:
         jobs = _pool_jobs(spec, project, stack, list(recorded))
         if jobs:
