@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpufleet.changeset_command import yes_option
 from gpufleet.errors import UsageError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.pool.protocol import NodeState, PoolNode, PoolState
+
+if TYPE_CHECKING:
+    from gpufleet.changeset import ChangeSet
 
 SCHEMA_VERSION = 2  # 2: an integer in the envelope (gpufleet.envelope); 1 was the string "1"
 STATES = [s.value for s in NodeState]
@@ -292,14 +296,22 @@ def clear(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None
 @stack_opt
 @click.argument("slot")
 @click.option("--reason", required=True, help="Why (kept with the node: Slurm reason, k8s annotation).")
+@click.option("--dry-run", is_flag=True, help="Print the change set; change nothing.")
+@yes_option
 @click.pass_context
-def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str) -> None:
+def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str, dry_run: bool = False,
+              yes: bool = False) -> None:
     """Blacklist SLOT: reported for replacement, never admitted again until `pool clear`."""
+    from gpufleet.changeset_command import confirm_changes
     from gpufleet.daytwo import lifecycle
     from gpufleet.daytwo.context import open_day_two
     from gpufleet.ops import audit
 
-    with open_day_two(_stack_of(ctx, stack), "pool blacklist", pool_only=True, warn=_warn) as d:
+    name = _stack_of(ctx, stack)
+    if not confirm_changes(slot_changes("pool blacklist", name, slot, reason, *_context(name)), yes=yes,
+                           dry_run=dry_run):
+        return
+    with open_day_two(name, "pool blacklist", pool_only=True, warn=_warn) as d:
         node = lifecycle.blacklist(d, slot, reason)
         audit.day_two(d, "pool blacklist", reason, slot, state=node.state.value)
     click.echo(f"{slot}: {node.state.value} ({node.reason})")
@@ -310,21 +322,62 @@ def blacklist(ctx: click.Context, stack: str | None, slot: str, reason: str) -> 
 @click.argument("slot")
 @click.option("--reason", required=True, help="Why (journaled with who asked).")
 @click.option("--force-unlock", is_flag=True, help="Take the stack's lock from a run on another host that is gone.")
+@click.option("--dry-run", is_flag=True, help="Print the change set; change nothing.")
+@yes_option
 @click.pass_context
-def replace(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool) -> None:
+def replace(ctx: click.Context, stack: str | None, slot: str, reason: str, force_unlock: bool,
+            dry_run: bool = False, yes: bool = False) -> None:
     """Move SLOT to a new instance, gate it fully (configure, preflight, gates, multi-node with
     admitted partners) and admit it; exit 3 when the new instance fails its gates."""
+    from gpufleet.changeset_command import confirm_changes
     from gpufleet.daytwo import lifecycle
     from gpufleet.daytwo.context import open_day_two
     from gpufleet.ops import audit
     from gpufleet.errors import GateFailed
 
-    with open_day_two(_stack_of(ctx, stack), "pool replace", force_unlock=force_unlock, warn=_warn) as d:
+    name = _stack_of(ctx, stack)
+    if not confirm_changes(slot_changes("pool replace", name, slot, reason, *_context(name)), yes=yes,
+                           dry_run=dry_run):
+        return
+    with open_day_two(name, "pool replace", force_unlock=force_unlock, warn=_warn) as d:
         node, record, text = lifecycle.replace(d, slot, reason)
         audit.day_two(d, "pool replace", reason, slot, state=node.state.value, outcome=text)
     click.echo(f"{slot}: {text}")
     if record is None:
         raise GateFailed(f"{slot}: the replacement instance failed its gates ({node.state.value})")
+
+
+def slot_changes(command: str, stack: str, slot: str, reason: str, project: Any, spec: Any) -> "ChangeSet":
+    """What `pool replace` or `pool blacklist` does to SLOT, from the stack alone (no provider or
+    pool is opened before the person has confirmed). A slot the plan lacks is refused here."""
+    from gpufleet.changeset import ChangeSetBuilder
+    from gpufleet.changeset_command import hourly_price
+    from gpufleet.plan import build_plan
+
+    plan = build_plan(spec)
+    slots = {s.name: s for s in plan.nodes}
+    if slot not in slots:
+        raise UsageError(f"no slot {slot!r} in stack {stack}'s plan", field="SLOT",
+                         expected=f"a slot name such as {plan.nodes[0].name}")
+    usd, note = hourly_price(spec)
+    b = ChangeSetBuilder(command, stack, simulated=spec.simulated, price_note=note)
+    block = slots[slot].block
+    part = next((blk.partition for blk in plan.blocks if blk.id == block), None) or "-"
+    if command == "pool blacklist":
+        b.add("drain", "pool-node", slot, f"block {block}, partition {part}: never admitted again until "
+                                          f"`gpufleet pool clear {slot}`")
+        b.note("its instance keeps running (and billing) until it is replaced: `gpufleet pool replace` buys the "
+               "new one")
+    else:
+        action = spec.rollout.replace_action
+        b.add("release", "pool-node", slot, f"block {block}, partition {part}: out of the pool while replaced")
+        b.add("terminate" if action == "terminate" else "stop", "instance", slot,
+              f"its current instance (rollout.replaceAction {action})", usd_per_hour=usd)
+        b.add("launch", "instance", slot, "a new instance, configured and gated fully", usd_per_hour=usd)
+        b.add("admit", "pool-node", slot, "once the new instance passes its gates")
+        b.note("a replacement already journaled continues where it stopped")
+    b.note(f"reason: {reason}")
+    return b.build()
 
 
 def _warn(message: str) -> None:
