@@ -131,3 +131,14 @@ def test_on_the_simulator_the_change_set_is_what_the_rollout_then_launches(tmp_p
     assert done.exit_code == 0, done.output
     assert _launched(project, "crash40") == planned + again
     assert _planned(project, "crash40")["empty"] is True  # finished: nothing left to change
+
+
+def test_a_dry_run_of_a_restart_shows_everything_running_again(tmp_path):
+    project = make_project(tmp_path / "p")
+    assert rollout(project, "crash40", "--until-batch", "1").exit_code == 0
+    left = _planned(project, "crash40")
+    again = _planned(project, "crash40", "--restart")
+    everything = [c["target"] for c in _planned(make_project(tmp_path / "q"), "crash40")["changes"]
+                  if c["action"] == "launch"]
+    assert [c["target"] for c in again["changes"] if c["action"] == "launch"] == everything
+    assert len([c for c in left["changes"] if c["action"] == "launch"]) < len(everything)

@@ -93,6 +93,10 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
         resize = _resize(spec, plan, state, project, stack)  # grow or shrink by whole blocks (issue 23 item 1)
         plan = resize.plan
         _dry_run(plan, state, store.location, err=as_json)
+        if restart:  # the change set of what the run would do: a restart runs everything again
+            state = RolloutState()
+        elif retry_stage is not None:
+            state.halted = False  # this load only: the retry lifts the halt, and what is left runs again
         confirm_changes(_changes(spec, plan, state, stack, until_batch, resize), yes=yes, dry_run=True,
                         as_json=as_json)
         click.echo("dry run: nothing was provisioned, configured or changed", err=as_json)
