@@ -474,6 +474,13 @@ def document_schemas() -> dict[str, str]:
                 "enum": ["reset-gpu", "reboot", "replace", "quarantine"]}}, "source": {"type": "string"}}}}},
             ["rows"], "gpufleet ops remediation --json"),
         "changeset": _changeset_schema(),
+        "destroy": _doc("destroy", 1, {
+            "destroyed": {"type": "boolean"}, "why": {"type": "string"},
+            "steps": {"type": "array", "items": {"type": "object", "required": ["id"], "properties": {
+                "id": {"type": "string"}}}},
+            "terminated": {"type": "integer", "minimum": 0}, "drained": {"type": "integer", "minimum": 0},
+            "saved": {"type": "array", "items": {"type": "string"}}, "journal": {"type": "string"}},
+            ["destroyed", "steps"], "gpufleet destroy --json (each step's result; or nothing to destroy)"),
         "rollout": _from_model("rollout", RolloutReport, "gpufleet rollout --json and reports/<stack>/rollout.json"),
         "upgrade": _from_model("upgrade", UpgradeReport, "gpufleet upgrade --json and reports/<stack>/upgrade.json"),
         "cost": _from_model("cost", CostReport, "gpufleet cost --json and reports/<stack>/cost.json"),

@@ -41,6 +41,14 @@ def _cli(project: Path, *args: str):
     return CliRunner().invoke(main, ["--project", str(project), *args])
 
 
+def _valid(doc: dict) -> dict:
+    """The document against its kind's JSON Schema under docs/schemas/ (gpufleet.docs_gen)."""
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads((REPO / "docs" / "schemas" / f"{doc['kind']}.schema.json").read_text()))
+    return doc
+
+
 class FakeSide:
     """open_side's stand-in: a real-looking world and the fake ports of test_destroy_run."""
 
@@ -93,7 +101,7 @@ def test_dry_run_prints_the_change_set_as_json_and_changes_nothing(real):
     project, side = real
     result = _cli(project, "destroy", "-s", "dev", "--dry-run", "--json")
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
+    doc = _valid(json.loads(result.stdout))
     assert doc["kind"] == "changeset" and doc["command"] == "destroy" and doc["simulated"] is False
     by = {(s["action"], s["kind"]): s for s in doc["summary"]}
     assert by[("terminate", "instance")]["count"] == 3 and by[("drain", "pool-node")]["count"] == 3
@@ -108,7 +116,7 @@ def test_yes_runs_every_step_and_what_happens_is_what_the_change_set_said(real):
     shown = json.loads(_cli(project, "destroy", "-s", "dev", "--dry-run", "--json").stdout)
     result = _cli(project, "destroy", "-s", "dev", "--yes", "--json")
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
+    doc = _valid(json.loads(result.stdout))
     assert doc["kind"] == "destroy" and doc["destroyed"] is True and doc["terminated"] == 3
     said = {c["target"] for c in shown["changes"] if c["action"] == "terminate"}
     done = {s for e in side.log if e[0] == "terminate" for s in ("gpu-b0000-n00000", "gpu-b0000-n00001",
@@ -163,7 +171,7 @@ def test_destroy_on_a_simulated_stack_empties_its_world_and_a_new_rollout_starts
 
     result = _cli(project, "destroy", "-s", "dev", "--json")  # simulated: never asks, no --yes needed
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
+    doc = _valid(json.loads(result.stdout))
     assert doc["destroyed"] is True and doc["terminated"] == len(launched) == 2
     # what the change set said is what the simulated cloud did
     [moved] = [p for p in sd.glob("destroyed.*") if p.is_dir()]
@@ -186,6 +194,8 @@ def test_destroy_on_a_simulated_stack_empties_its_world_and_a_new_rollout_starts
     # a rerun is a no-op, and records nothing
     again = _cli(project, "destroy", "-s", "dev")
     assert again.exit_code == 0 and "nothing to destroy" in again.output
+    nothing = _valid(json.loads(_cli(project, "destroy", "-s", "dev", "--json").stdout))
+    assert (nothing["destroyed"], nothing["steps"]) == (False, [])
     assert [r["what"] for r in audit.read(sd)] == whats
 
     # a new rollout starts fresh: a new simulated cloud, every slot launched again
