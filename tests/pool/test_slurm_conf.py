@@ -71,7 +71,10 @@ def test_the_local_stack_on_slurm_24_11_real_flavour():
         # job to a lone free node of block 0 (tests/pool/test_slurm_units.py shows the job start in block 1)
         assert "Weight=" not in line
     parts = {re.search(r"PartitionName=(\S+)", ln).group(1): ln for ln in _lines(conf, "PartitionName")}
-    assert set(parts) == {"train", "sim", "debug"}
+    assert set(parts) == {"train", "sim", "debug", "gpufleet-gates"}
+    # gpufleet's own gate runs: every node, hidden from sinfo, never the default, lowest tier
+    gates = parts.pop("gpufleet-gates")
+    assert "Nodes=ALL Hidden=YES PriorityTier=1" in gates and "Default=NO" in gates
     for p in plan.partitions:
         expected = [plan.nodes[i].name for b in p.blocks for i in plan.blocks[b].nodes]
         assert _expand(re.search(r"Nodes=(\S+)", parts[p.name]).group(1)) == expected
@@ -285,11 +288,11 @@ def test_the_patrols_holds_are_let_in_with_accounting_only():
     accounting no QOS is enforced, so no job may pass the rule by naming it."""
     spec = _with_ops(small_spec(), tenants=TEAMS, slurmAccounting=True)
     cfg = generate(spec, build_plan(spec), REAL, "24.11.6")
-    parts = _lines(cfg.slurm_conf, "PartitionName")
+    parts = [ln for ln in _lines(cfg.slurm_conf, "PartitionName") if "gpufleet-gates" not in ln]
     assert parts and all("AllowQos=normal,gpufleet-patrol" in ln for ln in parts), parts
     lua = cfg.files()["job_submit.lua"]
     assert 'local PATROL_QOS = "gpufleet-patrol"' in lua
-    assert lua.index("job.qos == PATROL_QOS") < lua.index("for name in string.gmatch(partition")
+    assert lua.index("job.qos == PATROL_QOS") < lua.index("if UNIT_PARTITIONS[name]")
     bare = small_spec()
     lua = generate(bare, build_plan(bare), REAL, "24.11.6").files()["job_submit.lua"]
     assert "local PATROL_QOS = nil" in lua

@@ -179,6 +179,38 @@ def test_launcher_runs_specs_in_parallel_on_pending_nodes(cluster: Cluster):
     assert "No reservations" in cluster.sh("scontrol", "show", "reservation")
 
 
+def test_a_pair_across_two_partitions_runs_as_one_gate_job(cluster: Cluster):
+    """Block 1 is train's, block 2 debug's: one Slurm job runs in one partition, so the pair runs in
+    gpufleet's hidden all-nodes partition (without it: "Requested nodes not in this partition")."""
+    pool = _pool(cluster)
+    pair = _pending(cluster, 9, 10)
+    assert {cluster.plan.nodes[9].block, cluster.plan.nodes[10].block} == {1, 2}
+    pool.register_pending(pair)
+    slots = [n.slot for n in pair]
+    spec = LaunchSpec(kind="slurm", name="across", nodes=tuple(slots), ranks=2, env={},
+                      argv=("srun", f"--nodelist={','.join(slots)}", "--nodes=2", "--ntasks-per-node=1",
+                            "bash", "-c", "echo rank-on-$SLURMD_NODENAME $SLURM_JOB_PARTITION"))
+    result, = pool.launcher().run([spec], timeout_s=30)
+    assert result.exit_code == 0, result.output
+    ran = sorted(ln.split("rank-on-")[1] for ln in result.output.splitlines() if "rank-on-" in ln)
+    assert ran == [f"{s} gpufleet-gates" for s in slots]
+    # not a pool partition: absent from what a node is read to be in (Slurm shows a hidden
+    # partition to operators such as root, and hides it from everyone else)
+    line = cluster.sh("scontrol", "-o", "show", "node", slots[0])
+    assert "gpufleet-gates" in line  # Slurm lists it on the node...
+    assert parse_text(line)[slots[0]].partitions == ("train",)  # ...the reader drops it
+    assert all(set(n.partitions) <= {"train", "debug"} and n.partitions for n in pool.nodes().values())
+
+
+def test_no_job_but_a_gate_run_enters_the_gates_partition(cluster: Cluster):
+    names = [cluster.plan.nodes[i].name for i in (0, 1)]
+    cluster.sh("scontrol", "update", f"NodeName={','.join(names)}", "State=RESUME")
+    out = cluster.sh("sbatch", "--parsable", "--output=/dev/null", "--partition=gpufleet-gates", "--nodes=2",
+                     "--gpus=10", "--wrap", "true", check=False)
+    assert "partition gpufleet-gates is gpufleet's own" in out and "Batch job submission failed" in out, out
+    assert cluster.sh("squeue", "-h").strip() == ""
+
+
 def test_refusals_name_the_node_and_change_nothing(cluster: Cluster):
     pool = _pool(cluster)
     n0, n1 = _pending(cluster, 0, 1)

@@ -26,7 +26,7 @@ from gpufleet.pool.slurm.cli import SlurmCli
 from gpufleet.pool.slurm.conf import hostlist, parse_version
 from gpufleet.pool.slurm.jobs import parse_squeue, squeue_argv
 from gpufleet.pool.slurm.patrol_hold import SlurmPatrolHolds
-from gpufleet.pool.slurm.nodes import (RELEASED_REASON, Comment, SlurmNode, parse_comment, parse_json, parse_text,
+from gpufleet.pool.slurm.nodes import (GATES_PARTITION, RELEASED_REASON, Comment, SlurmNode, parse_comment, parse_json, parse_text,
                                     pool_node, reason_for, released_failures)
 
 JSON_SINCE = (21, 8)  # sinfo --json (openapi v0.0.37+)
@@ -261,6 +261,21 @@ class SlurmLauncher:
 
     def __init__(self, cli: SlurmCli) -> None:
         self.cli = cli
+        self._gates_partition: bool | None = None
+
+    def gates_partition(self) -> str | None:
+        """gpufleet's hidden all-nodes partition when slurm.conf has it: a node set that spans the
+        plan's partitions (a pair across blocks, the smoke job) is one job only there. A
+        configuration from before it runs the job in the default partition, as it always did."""
+        if self._gates_partition is None:
+            try:
+                shown = self.cli.run(["scontrol", "-o", "show", "partition", GATES_PARTITION])
+                self._gates_partition = f"PartitionName={GATES_PARTITION}" in shown
+            except PoolError as exc:
+                if "not found" not in str(exc).lower():
+                    raise
+                self._gates_partition = False
+        return GATES_PARTITION if self._gates_partition else None
 
     def run(self, specs: Sequence[LaunchSpec], timeout_s: float) -> list[LaunchResult]:
         for spec in specs:
@@ -284,7 +299,8 @@ class SlurmLauncher:
                 self.cli.run(["scontrol", "update", f"NodeName={hostlist(drained)}", "State=RESUME"])
             argv = list(spec.argv)
             at = argv.index("srun") + 1
-            argv[at:at] = [f"--reservation={reservation}"]
+            argv[at:at] = [f"--reservation={reservation}"] + (
+                [f"--partition={part}"] if (part := self.gates_partition()) else [])
             code, output = self.cli.launch(argv, timeout_s)  # where slurmctld is: this machine, SSH or SSM
         finally:
             if drained:

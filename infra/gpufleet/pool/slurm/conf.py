@@ -39,6 +39,7 @@ from gpufleet.pool.protocol import PENDING_REASON
 from gpufleet.plan.network import SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS  # the ports the security groups open
 from gpufleet.pool.slurm.hostlist import hostlist
 from gpufleet.pool.slurm.job_submit import SWITCH_WAIT_S, job_submit_lua, nodes_for_units
+from gpufleet.pool.slurm.nodes import GATES_PARTITION
 from gpufleet.spec import ClusterSpec, PartitionMode
 
 TopologyKind = Literal["tree", "block"]
@@ -307,6 +308,9 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
         first = False
     if first:  # no partitions: the whole pool is one queue
         lines.append("PartitionName=all Nodes=ALL MaxTime=INFINITE Default=YES State=UP")
+    else:  # gpufleet's gate runs, whose node sets may span partitions: hidden, lowest tier, gate reservations only
+        lines.append(f"PartitionName={GATES_PARTITION} Nodes=ALL Hidden=YES PriorityTier=1 MaxTime=INFINITE "
+                     "Default=NO State=UP")
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gpufleet.plan.model import ClusterPlan
+from gpufleet.pool.slurm.nodes import GATES_PARTITION
 
 SWITCH_WAIT_S = 365 * 24 * 3600  # a year: effectively unbounded, and a number Slurm's uint32 holds
 GATE_RESERVATION_PREFIX = "gpufleet-"
@@ -89,6 +90,7 @@ local TEAM_QOS = {{ {qos_rows} }}
 -- the patrol's holds: one idle node each, no GPUs asked (--exclusive holds the node), preempted by any job
 local PATROL_QOS = {_lua_str(patrol_qos) if patrol_qos else 'nil'}
 local GATE_RESERVATION = {_lua_str('^' + GATE_RESERVATION_PREFIX.replace('-', '%-'))}
+local GATES_PARTITION = {_lua_str(GATES_PARTITION)}
 
 local NO_VAL, NO_VAL16 = 4294967294, 65534  -- Slurm's "not given" for 32- and 16-bit fields
 
@@ -152,10 +154,17 @@ function slurm_job_submit(job, part_list, submit_uid)
   if job.reservation ~= nil and string.find(job.reservation, GATE_RESERVATION) then
     return slurm.SUCCESS
   end
+  local partition = job.partition or DEFAULT_PARTITION
+  for name in string.gmatch(partition, "[^,]+") do
+    if name == GATES_PARTITION then
+      slurm.log_user("gpufleet: partition %s is gpufleet's own, for its gate runs on pending nodes; submit to %s",
+                     GATES_PARTITION, DEFAULT_PARTITION)
+      return slurm.ERROR
+    end
+  end
   if PATROL_QOS ~= nil and job.qos == PATROL_QOS then
     return slurm.SUCCESS
   end
-  local partition = job.partition or DEFAULT_PARTITION
   for name in string.gmatch(partition, "[^,]+") do
     if UNIT_PARTITIONS[name] then
       local why, switches = check(job)

@@ -30,6 +30,10 @@ RELEASED_REASON = "gpufleet: released"
 _QUARANTINE = "gpufleet quarantine "
 _BLACKLIST = "gpufleet blacklist "
 _BLOCK_FEATURE = re.compile(r"^block(\d+)$")
+# gpufleet's own hidden partition over every node, for its gate runs (pairs and the smoke job may
+# span the plan's partitions; one Slurm job runs in one partition). Not a pool partition: dropped
+# from what a node is read to belong to. job_submit.lua lets only gate-reservation jobs into it.
+GATES_PARTITION = "gpufleet-gates"
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ def _between(line: str, key: str, stops: tuple[str, ...]) -> str:
 
 def _node(name: str, words: list[str], reason: str, comment: str, partitions: list[str], features: list[str]) -> SlurmNode:
     flags = set(w.rstrip("*") for w in words)
+    partitions = [p for p in partitions if p != GATES_PARTITION]
     return SlurmNode(name=name, drained=bool(flags & {"DRAIN", "DRAINED", "DRAINING"}),
                      down=bool(flags & {"DOWN", "FAIL"}), busy=bool(flags & {"ALLOCATED", "MIXED", "COMPLETING"}),
                      reason=reason.strip(), comment=_unquote(comment.strip()), partitions=tuple(partitions),
