@@ -132,3 +132,26 @@ def test_grow_then_shrink_by_whole_blocks(tmp_path, monkeypatch):
         ("grow", 4, 8, "finished"), ("shrink", 8, 4, "finished")]
     assert report["resizes"][1]["released_blocks"] == [1, 2]
     assert [p["units_available"] for p in report["partitions"]] == [1]
+
+
+@pytest.mark.slow
+def test_grow_keeps_the_seeded_faults_of_existing_slots(tmp_path):
+    """A simulated stack with seeded faults grows too: the placement stays the one the cloud was
+    seeded with (a changed seed or fault mix is still refused), the new slots come healthy."""
+    faulty = lambda gpus: stack(gpus).replace("spareFraction: 0\n", "spareFraction: 0.5\n").replace(  # noqa: E731
+        "    seed: 1\n", "    seed: 1\n    faults:\n      xid-79: 1\n")
+    project = project_with(tmp_path, 32)
+    (project / "stacks" / "Pulumi.dev.yaml").write_text(faulty(32))
+    first = rollout(project, "dev")
+    assert first.exit_code == 0, first.output
+    seeded = json.loads((project / ".gpufleet" / "dev" / "sim" / "faults.json").read_text())["faults"]
+    assert len(seeded) == 1
+    (project / "stacks" / "Pulumi.dev.yaml").write_text(faulty(64))
+    grown = rollout(project, "dev")
+    assert grown.exit_code == 0, grown.output
+    assert json.loads((project / ".gpufleet" / "dev" / "sim" / "faults.json").read_text())["faults"] == seeded
+    st = journal_state(project, "dev")
+    assert len(st.nodes) == 8 and all(n.stage.value == "admitted" for n in st.nodes.values())
+    (project / "stacks" / "Pulumi.dev.yaml").write_text(faulty(64).replace("    seed: 1\n", "    seed: 2\n"))
+    reseeded = rollout(project, "dev")
+    assert reseeded.exit_code == 2 and "seed, fault mix or plan changed" in reseeded.output

@@ -59,12 +59,26 @@ def program_cache_key(spec: ClusterSpec, stack: str) -> str:
                        "with-ami")
 
 
-def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, project: Project, stack: str) -> None:
+def _settings(spec: ClusterSpec) -> str:
+    return W.cache_key(spec.simulator.model_dump_json() if spec.simulator is not None else "")
+
+
+def _keep_the_world(directory: Path, faults: FaultPlan, spec: ClusterSpec, project: Project, stack: str,
+                    plan: ClusterPlan) -> FaultPlan:
     """A cloud that has launched instances keeps the faults it was seeded with: a changed fault mix
-    (or seed, or plan) would silently change instances that already exist, so it is refused."""
+    (or seed) would silently change instances that already exist, so it is refused. A plan that
+    changed under the same simulator settings (a grow or shrink by whole blocks: gpufleet.plan.resize)
+    keeps the stored placement: the existing slots keep their faults, new slots come healthy."""
     stored = W.read_json(directory / W.FAULTS)
     if stored is None or stored.get("digest") == faults.digest() or not W.Ledger(directory / W.LEDGER).events:
-        return
+        return faults
+    if stored.get("settings") == _settings(spec):
+        batch_of = {s.name: s.batch for s in plan.nodes}
+        return FaultPlan(faults=dict(stored.get("faults") or {}),
+                         bad_links=tuple((a, b) for a, b in stored.get("bad_links") or ()),
+                         shortfall={k: int(v) for k, v in (stored.get("shortfall") or {}).items()},
+                         bad_replacements={k: int(v) for k, v in (stored.get("bad_replacements") or {}).items()},
+                         systemic=str(stored.get("systemic", "none")), batch_of=batch_of)
     raise ConfigError("the simulator's seed, fault mix or plan changed after this stack's simulated cloud launched "
                       "instances", path=str(project.stack_file(stack)), field="gpufleet:simulator",
                       expected=f"the settings it was created with, or a fresh simulated cloud (remove {directory})")
@@ -99,9 +113,10 @@ class SimulatedCloud(SimFleet):
                               expected=exc.expected) from None
         bom = load_bom(project.path(spec.image.bom))
         directory = project.state_dir(stack) / "sim"
-        _keep_the_world(directory, faults, spec, project, stack)
+        faults = _keep_the_world(directory, faults, spec, project, stack, plan)
         directory.mkdir(parents=True, exist_ok=True)
-        W.write_atomic(directory / W.FAULTS, json.dumps(faults.to_json(), sort_keys=True, indent=1))
+        W.write_atomic(directory / W.FAULTS, json.dumps({**faults.to_json(), "settings": _settings(spec)},
+                                                        sort_keys=True, indent=1))
         key = program_cache_key(spec, stack)
         program = W.read_program_cache(directory / W.PROGRAM, key)
         if program is None:  # captured again; slots a shrink kept past the new target keep their entries
