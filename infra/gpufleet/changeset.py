@@ -18,13 +18,13 @@ Rules (issue 23):
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterable, Sequence
 
 from gpufleet.errors import GpufleetError, UsageError
+from gpufleet.pool.slurm.hostlist import hostlist
 
 # What a change does, in the order the table lists them (the most consequential last, where the eye lands).
 ACTIONS = ("create", "launch", "configure", "admit", "drain", "release", "stop", "backup", "terminate", "delete")
@@ -149,31 +149,8 @@ def decide(changes: ChangeSet, *, yes: bool, dry_run: bool, interactive: bool,
 
 
 def compress(names: Sequence[str]) -> str:
-    """Runs of one prefix with consecutive zero-padded numbers in Slurm's hostlist form, the
-    others as they are: `n[00001-00003],fsx`. Order kept; at most 400 characters."""
-    out: list[str] = []
-    run: list[tuple[str, str]] = []
-
-    def flush() -> None:
-        if run:
-            prefix, first, last = run[0][0], run[0][1], run[-1][1]
-            out.append(f"{prefix}{first}" if len(run) == 1 else f"{prefix}[{first}-{last}]")
-            run.clear()
-
-    for name in names:
-        m = re.match(r"^(.*?)(\d+)$", name)
-        if m is None:
-            flush()
-            out.append(name)
-            continue
-        prefix, digits = m.groups()
-        if run and run[0][0] == prefix and len(run[-1][1]) == len(digits) and int(run[-1][1]) + 1 == int(digits):
-            run.append((prefix, digits))
-        else:
-            flush()
-            run.append((prefix, digits))
-    flush()
-    text = ",".join(out)
+    """Slurm's hostlist form (`n[00001-00003],fsx`, order kept), cut at 400 characters for the table."""
+    text = hostlist(names)
     return text if len(text) <= 400 else text[:397] + "..."
 
 
