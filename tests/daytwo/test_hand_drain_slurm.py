@@ -17,7 +17,9 @@ def _slurm_state(conf, node: str) -> tuple[str, str]:
     """sinfo's state and reason, once the node answers (after a reconfigure it reads `idle*` for a moment)."""
     deadline = time.monotonic() + 15
     while True:
-        state, _, reason = sh(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T|%E").strip().partition("|")
+        # one row per partition the node is in (root also sees the hidden gpufleet-gates): the first is the pool's
+        rows = sh(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T|%E").strip().splitlines()
+        state, _, reason = (rows[0] if rows else "").partition("|")
         if not state.endswith("*") or time.monotonic() > deadline:
             return state, reason
         time.sleep(0.3)

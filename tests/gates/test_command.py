@@ -164,3 +164,16 @@ def test_preflight_playbook_on_a_gpu_less_host_quarantines_with_the_missing_tool
     fm = checks["fabric_manager"]  # systemctl's own answer, whole: a state word or its error line
     assert fm["reason_code"] == "fabricmanager-inactive" and (fm["measured"] in ("inactive", "unknown", "failed")
                                                              or len(fm["measured"].split()) > 1)
+
+
+def test_the_shells_line_is_found_after_a_preamble_the_command_printed_first():
+    """preflight's EFA loopback echoes the peer-memory modules before running all_reduce_perf: with
+    exit 127 the absent tool is the shell's line, wherever it is, not the file's name."""
+    from gpufleet.gates.parsers.common import absent_command, missing_tool
+
+    text = "gpufleet peermem: \nbash: line 1: /opt/nccl-tests/build/all_reduce_perf: No such file or directory\n"
+    line = missing_tool(text, 127)
+    assert line == "bash: line 1: /opt/nccl-tests/build/all_reduce_perf: No such file or directory"
+    assert absent_command(line) == "all_reduce_perf"
+    assert missing_tool(text, 0) is None  # a tool that ran: only a first line of the shell's is trusted
+    assert missing_tool("gpufleet peermem: \n", 127) == "gpufleet peermem:"

@@ -164,8 +164,9 @@ def missing_tool(text: str, exit_code: int | None) -> str | None:
     output's first line (or the exit code is 127, the shell's code for "command not found").
     """
     first = first_line(text)
-    if exit_code == 127:
-        return first or "exit 127 (command not found)"
+    if exit_code == 127:  # the shell's line, also after what the command printed first (a preamble echo)
+        said = next((ln.strip() for ln in text[-4096:].splitlines() if _ABSENT.match(ln.strip())), None)
+        return said or first or "exit 127 (command not found)"
     if first and ("command not found" in first or ": not found" in first) and _ABSENT.match(first):
         return first
     return None
