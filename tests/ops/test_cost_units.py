@@ -107,6 +107,21 @@ def test_gpu_hours_are_clipped_to_the_window_and_running_jobs_end_now(start_h, l
     assert held(job, window, now) is None or held(job, window, now)[0] >= window.seconds[0]
 
 
+def test_a_job_of_zero_seconds_inside_the_window_is_counted_with_no_gpu_hours() -> None:
+    """sacct has one-second resolution: a gate run that started and ended in the same second is a
+    job all the same (found on a fast CI runner: the report counted 10 of sacct's 11 jobs)."""
+    window, now = Window(at(0), at(24)), at(20)
+    zero = JobUsage("7", "gpufleet-gate-x", "root", "train", 0, at(3), at(3), "COMPLETED", ("a", "b"))
+    outside = JobUsage("8", "j", "root", "train", 8, at(30), at(30), "COMPLETED", ("a",))
+    assert held(zero, window, now) == (s(3), s(3)) and gpu_hours(zero, window, now) == 0
+    assert held(outside, window, now) is None
+    report = build(stack="x", pool="slurm", window=window, now=now, instance_type="p5.48xlarge", gpus_per_node=8,
+                   price=None, missing_price="no price", jobs=[zero, outside], skipped=[], units=[], history=None,
+                   history_note="", utilisation=None, utilisation_note="", low_util_percent=30,
+                   min_idle_minutes=60, problems=[])
+    assert [(g.name, g.jobs, g.gpu_hours) for g in report.by_partition] == [("train", 1, 0)]
+
+
 def test_when_takes_iso_times_and_ages_and_names_what_it_expected() -> None:
     now = at(0)
     assert parse_when("30d", now) == now - timedelta(days=30)

@@ -53,9 +53,14 @@ class Window:
 
 
 def held(job: JobUsage, window: Window, now: datetime) -> Interval | None:
-    """The epoch-second interval the job held its GPUs inside the window (a running job until now)."""
-    end = job.end if job.end is not None else now
-    return clip((job.start.timestamp(), end.timestamp()), window.seconds)
+    """The epoch-second interval the job held its GPUs inside the window (a running job until now).
+    A job that started and ended in the same second (sacct's resolution) ran all the same: inside
+    the window it is the empty interval at its start, so it is counted with 0 GPU-hours, not dropped."""
+    start, end = job.start.timestamp(), (job.end if job.end is not None else now).timestamp()
+    if end <= start:
+        lo, hi = window.seconds
+        return (start, start) if lo <= start < hi else None
+    return clip((start, end), window.seconds)
 
 
 def gpu_hours(job: JobUsage, window: Window, now: datetime) -> float:
