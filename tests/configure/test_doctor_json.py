@@ -26,8 +26,9 @@ def _doctor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collected: dict) ->
 
     project = make_project(tmp_path / "project")
     monkeypatch.setattr(executor, "stack_executor", lambda *a, **k: object())
-    monkeypatch.setattr(doctor_command, "read_node", lambda _e, host, _p, _d: collected)
-    r = CliRunner().invoke(main, ["--project", str(project), "doctor", "-s", "local", "--host", "10.0.0.7", "--json"])
+    monkeypatch.setattr(doctor_command, "read_node", lambda _e, _i, _p, _d, _r: collected)
+    r = CliRunner().invoke(main, ["--project", str(project), "doctor", "-s", "local", "--host", "10.0.0.7",
+                                  "--connection", "ssh", "--json"])
     assert "Traceback" not in r.output
     doc = json.loads(r.stdout)
     assert list(doc)[:4] == list(HEADER) and (doc["kind"], doc["stack"], doc["schema_version"]) == ("doctor", "local", 1)

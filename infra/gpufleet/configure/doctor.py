@@ -13,7 +13,9 @@ Each check names where its rule comes from:
 - fstab units: every unit a Lustre fstab entry requires exists (F11: network.service did not);
 - memlock: unlimited in limits.d and for slurmd on Slurm nodes (M7);
 - containerd: the merged configuration (`containerd config dump`) keeps runc on the systemd cgroup
-  driver (M4: a drop-in's CRI table replaced config.toml's in containerd 1.7).
+  driver (M4: a drop-in's CRI table replaced config.toml's in containerd 1.7);
+- reachability: a TCP connect from the node to each service it must reach before a rollout (the
+  EKS endpoint, slurmctld, the FSx file system), from the stack's outputs (gpufleet.configure.reachability).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
+from gpufleet.configure import reachability
 from gpufleet.gates import versions
 
 if TYPE_CHECKING:
@@ -143,22 +146,35 @@ def containerd_differences(collected: Mapping[str, Any]) -> list[Difference]:
                        "node-config-review M4; containerd 1.7 mergeConfig")]
 
 
-def findings(collected: Mapping[str, Any], bom: "Bom", pool: str | None) -> list[Difference]:
-    """Every difference between the node (doctor.json) and what the BOM and the roles say."""
+def reach_differences(collected: Mapping[str, Any], targets: Sequence[reachability.Target]) -> list[Difference]:
+    """Each service the node could not connect to, with the probe's reason code."""
+    return [Difference(f"reach.{u.target.name}", f"TCP to {u.target.host}:{u.target.port} ({u.target.what})",
+                       f"{u.code}: {u.detail}", u.target.source)
+            for u in reachability.unreachable(list(targets), collected)]
+
+
+def findings(collected: Mapping[str, Any], bom: "Bom", pool: str | None,
+             reach: Sequence[reachability.Target] = ()) -> list[Difference]:
+    """Every difference between the node (doctor.json) and what the BOM and the roles say; `reach`:
+    the services the node must connect to (their probes ran with `doctor_commands(pool, reach)`)."""
     os = versions.node_os(_out(collected, "os_release"))
-    if os is None:
+    if os is None:  # the node-side checks need the OS; reachability does not
         return [Difference("os", "an OS the BOM pins (/etc/os-release)", _out(collected, "os_release")[:80] or "unread",
-                           "images/bom.yaml")]
+                           "images/bom.yaml")] + reach_differences(collected, reach)
     if os not in bom.os:
-        return [Difference("os", f"one of the BOM's systems ({', '.join(sorted(bom.os))})", os, "images/bom.yaml")]
+        return [Difference("os", f"one of the BOM's systems ({', '.join(sorted(bom.os))})", os,
+                           "images/bom.yaml")] + reach_differences(collected, reach)
     family = "RedHat" if os.startswith("al") else "Debian"
     return (version_differences(collected, bom, os, pool) + loader_differences(collected)
             + kernel_hold_differences(collected, family) + fstab_differences(collected)
-            + memlock_differences(collected, pool) + containerd_differences(collected))
+            + memlock_differences(collected, pool) + containerd_differences(collected)
+            + reach_differences(collected, reach))
 
 
-def doctor_commands(pool: str | None) -> list[dict[str, str]]:
-    """The doctor playbook's command list: the preflight's version commands, then the checks'."""
+def doctor_commands(pool: str | None, reach: Sequence[reachability.Target] = ()) -> list[dict[str, str]]:
+    """The doctor playbook's command list: the preflight's version commands, the checks', then one
+    TCP probe per service the node must reach."""
     skipped = {"kubernetes": {"slurm"}, "slurm": {"kubelet"}}.get(pool or "", set())
     cmds = [c for c in versions.preflight_commands() if c["key"] not in skipped]
-    return cmds + [{"key": k, "cmd": v} for k, v in CHECK_COMMANDS.items()]
+    return (cmds + [{"key": k, "cmd": v} for k, v in CHECK_COMMANDS.items()]
+            + [{"key": t.key, "cmd": reachability.probe_command(t)} for t in reach])
