@@ -103,3 +103,23 @@ def test_a_simulated_stack_without_outputs_says_what_it_did_not_check(tmp_path, 
     assert seen["reach"] == {}
     assert "not checked: reach.slurmctld" in r.output and "not checked: reach.fsx_lustre" in r.output
     assert "a simulated stack has no Pulumi outputs" in r.output
+
+
+def test_an_ssh_stack_uses_its_key_and_jump_host(tmp_path, monkeypatch):
+    """Before: doctor used a bare SshConnection, ignoring sshPrivateKeyFile and sshProxyJump."""
+    from gpufleet.configure import doctor_command, executor
+
+    project = make_project(tmp_path / "project")
+    text = (REPO / "stacks" / "Pulumi.local-slurm.yaml").read_text()
+    (project / "stacks" / "Pulumi.ssh.yaml").write_text(text.replace("config:\n", (
+        "config:\n  gpufleet:configure:\n    connection: ssh\n    sshUser: admin\n"
+        "    sshPrivateKeyFile: keys/node.pem\n    sshProxyJump: ec2-user@bastion.example.com\n"), 1))
+    seen: dict = {}
+    monkeypatch.setattr(executor, "stack_executor", lambda spec, project, stack, connection: seen.setdefault(
+        "connection", connection))
+    monkeypatch.setattr(doctor_command, "read_node", lambda _e, instance, _p, _d, _r: _node(UBUNTU, **GOOD_U))
+    r = CliRunner().invoke(main, ["--project", str(project), "doctor", "-s", "ssh", "--host", "10.64.0.12"])
+    assert "Traceback" not in r.output, r.output
+    c = seen["connection"]
+    assert (c.user, c.proxy_jump, c.private_key_file) == ("admin", "ec2-user@bastion.example.com",
+                                                          project / "keys" / "node.pem")
