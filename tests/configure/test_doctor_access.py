@@ -123,3 +123,10 @@ def test_an_ssh_stack_uses_its_key_and_jump_host(tmp_path, monkeypatch):
     c = seen["connection"]
     assert (c.user, c.proxy_jump, c.private_key_file) == ("admin", "ec2-user@bastion.example.com",
                                                           project / "keys" / "node.pem")
+
+
+def test_an_ssm_node_without_readable_outputs_says_why_they_were_needed(tmp_path, monkeypatch):
+    r, _seen = _run(tmp_path, monkeypatch, ["--host", "b1-n000"], outputs=None)
+    assert r.exit_code == 2
+    assert "outputs could not be read (a simulated stack has no Pulumi outputs)" in r.output
+    assert "--outputs FILE" in r.output

@@ -126,8 +126,15 @@ def doctor(stack: str, host: str, kind: str | None, user: str | None, outputs_fi
     spec = load_stack_path(project.stack_file(stack))
     bom = load_bom(resolve_bom_path(spec, project))
     outputs, why = stack_outputs(spec, project, stack, outputs_file)
-    connection = node_connection(spec, project, outputs or {}, kind, user)
-    instance = doctor_instance(host, isinstance(connection, SsmConnection), outputs or {})
+    try:
+        connection = node_connection(spec, project, outputs or {}, kind, user)
+        instance = doctor_instance(host, isinstance(connection, SsmConnection), outputs or {})
+    except ConfigError as exc:
+        if why is None or isinstance(exc, UsageError):
+            raise
+        raise ConfigError(f"{exc.message}; the stack's outputs could not be read ({why})", field=exc.field,
+                          expected="--outputs FILE (`pulumi stack output --json --show-secrets -s STACK`), "
+                                   f"or {exc.expected}") from None
     reach, notes = reachability.targets(spec.pool.type, outputs, outputs_error=why,
                                         slurmdbd_port=spec.ops.slurmdbd_port if spec.ops.slurm_accounting else None)
     executor = stack_executor(spec, project, stack, connection)
