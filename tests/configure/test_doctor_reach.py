@@ -70,6 +70,13 @@ def test_an_unknown_or_unsafe_address_is_a_note_never_a_target(outputs, error, s
     assert said in note.detail and "not tested" in note.detail
 
 
+def test_a_secret_kubeconfig_printed_without_show_secrets_is_a_note():
+    found, notes = r.targets("kubernetes", EKS_OUTPUTS | {"kubeconfig": "[secret]"})
+    assert "eks_api" not in _names(found)
+    [note] = [n for n in notes if n.check == "reach.eks_api"]
+    assert "--show-secrets" in note.detail
+
+
 def test_a_kubeconfig_without_an_https_server_gives_no_endpoint():
     assert r.eks_endpoint(EKS_OUTPUTS["kubeconfig"]) == (ENDPOINT.removeprefix("https://").lower(), 443)
     assert r.eks_endpoint(json.dumps({"clusters": [{"cluster": {"server": "http://x:80"}}]})) is None

@@ -113,8 +113,12 @@ def targets(pool: str | None, outputs: Mapping[str, Any] | None, *, outputs_erro
     out = outputs or {}
     if pool == "kubernetes":
         endpoint = eks_endpoint(out.get("kubeconfig")) if out.get("kubeconfig") else None
-        wanted.append(("eks_api", "the EKS API endpoint (kubelet, the VPC CNI)", "kubeconfig",
-                       endpoint[1] if endpoint else 443, SOURCE_EKS, endpoint[0] if endpoint else None))
+        if out.get("kubeconfig") and endpoint is None:
+            notes.append(Note("reach.eks_api", "not tested: the `kubeconfig` output names no https server (a secret "
+                              "output printed without --show-secrets reads '[secret]')", SOURCE_EKS))
+        else:
+            wanted.append(("eks_api", "the EKS API endpoint (kubelet, the VPC CNI)", "kubeconfig",
+                           endpoint[1] if endpoint else 443, SOURCE_EKS, endpoint[0] if endpoint else None))
         notes.append(Note("reach.kueue_webhook",
                           f"not testable from a node: the EKS control plane connects to the Kueue webhook's pods "
                           f"on {KUEUE_WEBHOOK_PORT} (control plane -> node), not the node to anything; the "
