@@ -12,6 +12,8 @@ captured registrations. Codes, in the style of AWS ParallelCluster's validators:
 | AWS_NAME_TOO_LONG | S3 bucket_prefix <= 37, IAM role name (autonamed: +8) <= 64 | NAME_SOURCES |
 | AWS_POD_IP_BUDGET (WARNING) | maxPods over the VPC CNI's pod IPs on card 0: kubelet gets the budget | POD_IP_SOURCE |
 | AWS_FSX_TIERING_S3_LINK | Intelligent-Tiering FSx takes no S3 data repository link | FSX_TIERING_SOURCE |
+| AWS_EKS_ENDPOINT_PRIVATE (WARNING) | a private-only endpoint answers only inside the VPC: `pulumi up` runs there | EKS_ENDPOINT_SOURCE |
+| AWS_EKS_ENDPOINT_OPEN (WARNING) | endpointPublicAccessCidrs 0.0.0.0/0: the API server is open to the internet | EKS_ENDPOINT_SOURCE |
 """
 
 from __future__ import annotations
@@ -134,11 +136,17 @@ FSX_BACKUP_SOURCE = ("https://docs.aws.amazon.com/fsx/latest/LustreGuide/fsx-dat
                      "https://docs.aws.amazon.com/fsx/latest/LustreGuide/using-backups-fsx.html")
 
 
+# --- EKS endpoint access ---------------------------------------------------------------------
+EKS_ENDPOINT_SOURCE = ("https://docs.aws.amazon.com/eks/latest/userguide/cluster-endpoint.html (with public "
+                       "access disabled the endpoint \"is only accessible from within the VPC or a connected network\")")
+EKS_ENDPOINT_FIELD = "gpufleet:pool.endpointPublicAccessCidrs"
+
+
 # --- findings -------------------------------------------------------------------------------
 
 def aws_findings(spec: ClusterSpec, instances: int) -> list[Finding]:
     """ERROR findings for the AWS rules a stack breaks; `instances`: GPU slots, spares included."""
-    return [*_capacity_block(spec, instances), *_names(spec), *_pod_ips(spec), *_fsx(spec)]
+    return [*_capacity_block(spec, instances), *_names(spec), *_pod_ips(spec), *_fsx(spec), *_eks_endpoint(spec)]
 
 
 def _capacity_block(spec: ClusterSpec, instances: int) -> list[Finding]:
@@ -192,3 +200,25 @@ def _fsx(spec: ClusterSpec) -> list[Finding]:
     return out + [error("AWS_FSX_TIERING_S3_LINK", "gpufleet:storage.storageClass",
                   f"storageClass INTELLIGENT_TIERING with importPath/exportPath: {FSX_TIERING_SOURCE}; "
                   "use SSD with the paths, or drop them")]
+
+
+def _eks_endpoint(spec: ClusterSpec) -> list[Finding]:
+    """The same `pulumi up` installs the Helm releases and Kubernetes objects through the endpoint,
+    and the rollout talks to it: say where they must run (a simulated stack reaches no EKS)."""
+    if spec.pool.type != "kubernetes" or spec.simulated:
+        return []
+    cidrs = spec.pool.endpoint_public_access_cidrs
+    if not cidrs:
+        return [warning("AWS_EKS_ENDPOINT_PRIVATE", EKS_ENDPOINT_FIELD,
+                        "the EKS endpoint is private only: `pulumi up` (it installs the Helm releases and "
+                        "Kubernetes objects) and `gpufleet rollout` must run inside the VPC, on a runner in the "
+                        "management subnet reached over SSM or a VPN (the CI written by `gpufleet init` runs the "
+                        "rollout on the self-hosted runner the repository variable GPUFLEET_RUNNER_<STACK> or "
+                        "GPUFLEET_RUNNER names), or name the operator's or CI's egress CIDR in "
+                        f"endpointPublicAccessCidrs ({EKS_ENDPOINT_SOURCE})")]
+    if "0.0.0.0/0" in cidrs:
+        return [warning("AWS_EKS_ENDPOINT_OPEN", EKS_ENDPOINT_FIELD,
+                        "endpointPublicAccessCidrs has 0.0.0.0/0: the Kubernetes API server answers the whole "
+                        "internet (IAM still authenticates); name the operator's and CI's egress CIDRs instead "
+                        f"({EKS_ENDPOINT_SOURCE})")]
+    return []

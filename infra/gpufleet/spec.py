@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gpufleet import catalog, strict_yaml
@@ -328,9 +328,29 @@ class AcceptanceConfig(_Model):
         return v
 
 
+OPEN_CIDR = "0.0.0.0/0"
+
+
+def _public_cidr(v: str) -> str:
+    """A source the public EKS endpoint can see: a public IPv4 network (a private address only ever
+    reaches the private endpoint, from inside the VPC). 0.0.0.0/0 passes here; validate warns of it."""
+    try:
+        net = ipaddress.IPv4Network(v, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"{v!r} is not an IPv4 network in CIDR form (an egress address as a.b.c.d/32) ({exc})") from None
+    if v != OPEN_CIDR and not net.is_global:
+        raise ValueError(f"{v!r} is not a public address range: the public endpoint sees the operator's or CI's "
+                         "egress (NAT or VPN) address; inside the VPC the private endpoint is used")
+    return v
+
+
 class PoolConfig(_Model):
     type: Literal["kubernetes", "slurm", "sim"]
     kubernetes_version: str = Field(default="1.33", pattern=r"^1\.\d{2}$")
+    # Kubernetes: the EKS endpoint is private (reached from inside the VPC) unless this names the
+    # public egress CIDRs of the machines that run `pulumi up` and the rollout (the operator's, a
+    # CI runner's); then it is also public, for those sources only. `gpufleet validate` says which.
+    endpoint_public_access_cidrs: tuple[Annotated[str, AfterValidator(_public_cidr)], ...] = ()  # public IPv4 CIDRs that may reach the EKS API; empty: private only
     # Kubernetes: the partitions' Kueue ClusterQueues share one cohort and may borrow each
     # other's idle GPUs; a lender takes them back by preempting the borrower.
     kueue_cohort_borrowing: bool = False
@@ -348,6 +368,14 @@ class PoolConfig(_Model):
     # (a higher team waits like everyone), requeue (the preempted job goes back to the queue) or
     # cancel. Slurm: PreemptType=preempt/qos with this PreemptMode; Kubernetes: Kueue evicts and requeues.
     preemption: Literal["off", "requeue", "cancel"] = "off"
+
+    @model_validator(mode="after")
+    def _public_endpoint_is_eks(self) -> "PoolConfig":
+        if self.endpoint_public_access_cidrs and self.type != "kubernetes":
+            raise ValueError(f"endpointPublicAccessCidrs is for a kubernetes pool's EKS endpoint, not pool type {self.type!r}")
+        if len(set(self.endpoint_public_access_cidrs)) != len(self.endpoint_public_access_cidrs):
+            raise ValueError("endpointPublicAccessCidrs names a CIDR twice")
+        return self
 
     @field_validator("slurm_max_minutes")
     @classmethod

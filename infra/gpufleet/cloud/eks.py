@@ -4,12 +4,17 @@ Access entries (API authentication mode) admit the node role as EC2_LINUX, so no
 ConfigMap is edited. The kubeconfig is a secret output; the `pulumi_kubernetes.Provider`
 built from it is what the pool components use.
 
-The endpoint is private: the API server's ENIs carry the network's control-plane group, which
-admits the GPU nodes and the management subnet, so `pulumi up` and the rollout run from there
-(an SSM-reached runner). A small managed, untainted system node group runs what must be up before
+The endpoint is private unless the stack names `pool.endpointPublicAccessCidrs`: the API server's
+ENIs carry the network's control-plane group, which admits the GPU nodes and the management subnet,
+so `pulumi up` (it installs the Helm releases and objects) and the rollout run from there (a runner
+reached over SSM or a VPN), or from an egress address the public endpoint is restricted to
+(`gpufleet validate` says which, AWS_EKS_ENDPOINT_PRIVATE). A small managed, untainted system node group runs what must be up before
 any GPU node is admitted (CoreDNS, Kueue, the operators, Prometheus): every GPU node registers
 behind the gate taint, and the gates need cluster DNS. The VPC CNI is a managed add-on configured
 from the stack's podNetworking (its warm targets), so those settings reach aws-node.
+The system nodes carry only the EKS-created cluster group (it admits itself; its egress is open),
+so that group admits the GPU nodes' group on `network.SYSTEM_NODE_PATHS` (CoreDNS, the launcher):
+https://docs.aws.amazon.com/eks/latest/userguide/sec-group-reqs.html
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import pulumi_kubernetes as k8s
 
 from gpufleet import tagging as t
 from gpufleet.cloud.identity import ASSUME_EC2
+from gpufleet.cloud.network import SYSTEM_NODE_PATHS
 from gpufleet.spec import PodNetworking
 
 ASSUME_EKS = {"Version": "2012-10-17", "Statement": [
@@ -63,6 +69,8 @@ class Eks(pulumi.ComponentResource):
                  subnet_ids: list[pulumi.Input[str]], node_role_arn: pulumi.Input[str], tags: dict[str, str],
                  control_plane_security_group: pulumi.Input[str] | None = None,
                  system_subnet_id: pulumi.Input[str] | None = None, pod_networking: PodNetworking | None = None,
+                 gpu_node_security_group: pulumi.Input[str] | None = None,
+                 public_access_cidrs: tuple[str, ...] = (),
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:eks:Eks", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -76,7 +84,9 @@ class Eks(pulumi.ComponentResource):
             access_config=aws.eks.ClusterAccessConfigArgs(authentication_mode="API",
                                                           bootstrap_cluster_creator_admin_permissions=True),
             vpc_config=aws.eks.ClusterVpcConfigArgs(
-                subnet_ids=subnet_ids, endpoint_private_access=True, endpoint_public_access=False,
+                subnet_ids=subnet_ids, endpoint_private_access=True, endpoint_public_access=bool(public_access_cidrs),
+                # EKS defaults the list to 0.0.0.0/0: only ever sent with the stack's CIDRs
+                public_access_cidrs=list(public_access_cidrs) or None,
                 security_group_ids=[control_plane_security_group] if control_plane_security_group else None),
             enabled_cluster_log_types=LOG_TYPES, tags=t.with_role(tags, "eks", cluster_name),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]))
@@ -86,6 +96,9 @@ class Eks(pulumi.ComponentResource):
         self.system_nodes = None
         if system_subnet_id is not None:
             self.system_nodes = self._system_node_group(name, system_subnet_id, tags)
+        self.system_paths: list[aws.vpc.SecurityGroupIngressRule] = []
+        if gpu_node_security_group is not None:
+            self.system_paths = self._system_paths(name, gpu_node_security_group, tags)
         if pod_networking is not None and pod_networking.mode != "none":
             aws.eks.Addon(f"{name}-vpc-cni", cluster_name=self.cluster.name, addon_name="vpc-cni",
                           configuration_values=vpc_cni_configuration(pod_networking),
@@ -107,6 +120,19 @@ class Eks(pulumi.ComponentResource):
                                          depends_on=[self.access_entry, *([self.system_nodes] if self.system_nodes else [])]))
         self.register_outputs({"clusterName": self.cluster.name, "endpoint": self.endpoint,
                                "kubeconfig": self.kubeconfig})
+
+    def _system_paths(self, name: str, gpu_group: pulumi.Input[str],
+                      tags: dict[str, str]) -> list[aws.vpc.SecurityGroupIngressRule]:
+        """The cluster group (on the system nodes) admits the GPU nodes' group on SYSTEM_NODE_PATHS.
+
+        Separate rule resources: EKS owns that group and its other rules; the GPU group's inline
+        rules open the matching egress to the management subnet."""
+        cluster_group = self.cluster.vpc_config.apply(lambda v: v.cluster_security_group_id)
+        return [aws.vpc.SecurityGroupIngressRule(
+            f"{name}-system-{proto}-{lo}", security_group_id=cluster_group, referenced_security_group_id=gpu_group,
+            ip_protocol=proto, from_port=lo, to_port=hi, description=f"GPU nodes: {what}",
+            tags=t.with_role(tags, "eks-system-path"), opts=pulumi.ResourceOptions(parent=self))
+            for proto, lo, hi, what in SYSTEM_NODE_PATHS]
 
     def _system_node_group(self, name: str, subnet_id: pulumi.Input[str], tags: dict[str, str]) -> aws.eks.NodeGroup:
         child = pulumi.ResourceOptions(parent=self)

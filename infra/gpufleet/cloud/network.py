@@ -7,6 +7,10 @@ On an EKS pool a control-plane group goes on the API server's ENIs: the EKS-crea
 admits only itself, and self-managed nodes are not in it, so without this group no node (and no
 operator in the VPC) reaches the private endpoint. The control plane calls webhooks on the pod IP
 (secondary IPs of the node's primary ENI), so the node group admits the webhook ports from it.
+The EKS system node group (managed, no launch template) carries only the EKS-created cluster group,
+which admits only itself: the GPU nodes reach CoreDNS and the pods there (the MPI launcher) through
+SYSTEM_NODE_PATHS, egress to the management subnet here and ingress on that group (`cloud.eks`),
+and Prometheus there scrapes the GPU nodes' exporters from the management subnet.
 """
 
 from __future__ import annotations
@@ -33,6 +37,16 @@ EXPORTER_PORTS = ((9100, "node_exporter"), (9400, "dcgm-exporter"))
 # https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html
 EKS_UNSUPPORTED_ZONE_IDS = ["use1-az3", "usw1-az2", "cac1-az3"]
 SMALL_SUBNET_PREFIX = 28  # public (NAT) and the second control-plane subnet need few addresses
+# GPU nodes and their pods -> the EKS system node group in the management subnet (pods there take
+# management-subnet IPs from the VPC CNI): CoreDNS over UDP and TCP, and the ephemeral ports an
+# MPIJob launcher scheduled there listens on for the workers' daemons (Open MPI's TCP out-of-band
+# channel binds port 0: Linux's ip_local_port_range, 32768-60999 by default). The same paths are
+# opened as egress on the node group and as ingress on the EKS cluster group.
+DNS_PORT = 53
+POD_PORTS = (32768, 65535)
+SYSTEM_NODE_PATHS = (("udp", DNS_PORT, DNS_PORT, "DNS to CoreDNS on the EKS system nodes"),
+                     ("tcp", DNS_PORT, DNS_PORT, "DNS over TCP to CoreDNS on the EKS system nodes"),
+                     ("tcp", *POD_PORTS, "ephemeral ports of pods on the EKS system nodes (MPI launcher)"))
 
 
 @dataclass(frozen=True)
@@ -126,7 +140,10 @@ class Network(pulumi.ComponentResource):
                     *([aws.ec2.SecurityGroupEgressArgs(protocol="tcp", from_port=lo, to_port=hi,
                                                        cidr_blocks=[mgmt_cidr], description=what)
                        for lo, hi, what in ((SLURMCTLD_PORT, SLURMCTLD_PORT, "slurmctld on the controller"),
-                                            (*SRUN_PORTS, "srun on the controller"))] if slurm else [])],
+                                            (*SRUN_PORTS, "srun on the controller"))] if slurm else []),
+                    *([aws.ec2.SecurityGroupEgressArgs(protocol=proto, from_port=lo, to_port=hi,
+                                                       cidr_blocks=[mgmt_cidr], description=what)
+                       for proto, lo, hi, what in SYSTEM_NODE_PATHS] if eks else [])],
             tags=t.with_role(tags, "node", f"{name}-node"), opts=child)
         self.control_plane_sg = None
         if eks:
@@ -171,10 +188,17 @@ class Network(pulumi.ComponentResource):
             rules.append(aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=SLURMD_PORT, to_port=SLURMD_PORT,
                                                           cidr_blocks=[mgmt_cidr],
                                                           description="slurmctld to slurmd"))
+        # Prometheus runs on the Slurm controller or on the EKS system nodes, both in the management subnet
+        where = "the controller" if slurm else "the EKS system nodes" if control_plane_cidr is not None else None
+        if where is not None:
             rules += [aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=port, to_port=port,
                                                        cidr_blocks=[mgmt_cidr],
-                                                       description=f"Prometheus on the controller to {what}")
+                                                       description=f"Prometheus on {where} to {what}")
                       for port, what in EXPORTER_PORTS]
+        if control_plane_cidr is not None:  # an MPI launcher on a system node reaches the workers' daemons' ports
+            rules.append(aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=POD_PORTS[0], to_port=POD_PORTS[1],
+                                                          cidr_blocks=[mgmt_cidr],
+                                                          description="MPI launcher on the EKS system nodes to ephemeral ports"))
         return rules
 
     def _subnet(self, name: str, role: str, cidr: str, az, tags: dict[str, str],

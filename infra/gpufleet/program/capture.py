@@ -101,7 +101,10 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         elif typ == "aws:eks/cluster:Cluster":
             out.update(endpoint=f"https://{_digest(name, n=32).upper()}.gr7.{self.plan.region}.eks.amazonaws.com",
                        certificateAuthority={"data": "TU9DSy1DQQ=="},
-                       kubernetesNetworkConfig={"serviceIpv4Cidr": SERVICE_CIDR, "ipFamily": "ipv4"})
+                       kubernetesNetworkConfig={"serviceIpv4Cidr": SERVICE_CIDR, "ipFamily": "ipv4"},
+                       # the group EKS creates for the control plane and managed nodes
+                       vpcConfig={**(inputs.get("vpcConfig") or {}),
+                                  "clusterSecurityGroupId": f"sg-{_digest(self.stack, name, 'cluster')}"})
         elif typ == "aws:iam/role:Role":
             out["arn"] = f"arn:aws:iam::{MOCK_ACCOUNT}:role/{name}"
             out.setdefault("name", name)

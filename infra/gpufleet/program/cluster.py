@@ -138,7 +138,8 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
                   [network.management_subnet.id, network.control_plane_subnet.id], identity.role.arn, tags,
                   control_plane_security_group=network.control_plane_sg.id,
                   system_subnet_id=network.management_subnet.id, pod_networking=spec.network.pod_networking,
-                  opts=opts)
+                  gpu_node_security_group=network.node_sg.id,
+                  public_access_cidrs=tuple(spec.pool.endpoint_public_access_cidrs), opts=opts)
         from gpufleet.pool.kubernetes.objects import pool_objects  # pulumi_kubernetes only for EKS pools
         pool_objects(f"{name}-pool", spec, plan, storage, eks.provider, opts=opts)  # after the system nodes (provider)
     slurm = None
