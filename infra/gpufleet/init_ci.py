@@ -16,6 +16,12 @@ instead, from the stacks it has:
   `timeout --signal=INT` (the interrupt unwinds the lock; the next part, on a fresh runner,
   resumes from the journal). A stack with a local journal runs in one part: its journal lives
   on the runner.
+- a Kubernetes stack's rollout jobs run where its EKS endpoint answers: `pulumi up` installs the
+  Helm releases and objects through it and the rollout talks to it, and it is private unless the
+  stack names `pool.endpointPublicAccessCidrs`. Their `runs-on` is the repository variable
+  `GPUFLEET_RUNNER_<STACK>` (else `GPUFLEET_RUNNER`): the label of a self-hosted runner in the
+  stack's management subnet. With a private endpoint and neither set, the job stops at once with
+  an error instead of failing hours into `pulumi up` on a GitHub-hosted runner outside the VPC.
 
 Pure: `workflow_files(stacks)` returns the files; `stack_facts` reads what it needs from a stack
 file's YAML without validating it (a stack with errors still gets its checks, which then fail).
@@ -45,6 +51,13 @@ class StackFacts:
     simulated: bool = False
     s3_journal: bool = False  # rollout.stateBackend.type s3: a fresh runner can resume it
     sim_pool: bool = False  # pool.type sim: a rollout needs nothing but gpufleet (local-slurm needs a Slurm)
+    kubernetes: bool = False  # pool.type kubernetes: the rollout talks to the EKS endpoint
+    public_endpoint: bool = False  # pool.endpointPublicAccessCidrs named: the endpoint also answers those sources
+
+    @property
+    def runner_variable(self) -> str:
+        """The repository variable naming this stack's in-VPC runner label."""
+        return f"GPUFLEET_RUNNER_{_env_suffix(self.name)}"
 
     @property
     def deployed(self) -> bool:
@@ -63,9 +76,12 @@ def stack_facts(name: str, text: str | bytes) -> StackFacts:
     rollout = config.get("gpufleet:rollout")
     backend = rollout.get("stateBackend") if isinstance(rollout, dict) else None
     pool = config.get("gpufleet:pool")
+    pool_type = pool.get("type") if isinstance(pool, dict) else None
     return StackFacts(name, simulated="gpufleet:simulator" in config,
                       s3_journal=isinstance(backend, dict) and backend.get("type") == "s3",
-                      sim_pool=isinstance(pool, dict) and pool.get("type") == "sim")
+                      sim_pool=pool_type == "sim", kubernetes=pool_type == "kubernetes",
+                      public_endpoint=isinstance(pool, dict) and pool_type == "kubernetes"
+                      and bool(pool.get("endpointPublicAccessCidrs")))
 
 
 def ordered(stacks: Sequence[StackFacts]) -> list[StackFacts]:
@@ -222,6 +238,30 @@ def part_job_ids(stack: StackFacts) -> list[str]:
     return [f"rollout-{stack.name}-{i}" for i in range(1, parts + 1)]
 
 
+HOSTED_RUNNER = "ubuntu-24.04"
+
+
+def _runs_on(stack: StackFacts) -> str:
+    """A Kubernetes stack's rollout runs on its in-VPC runner (the stack's variable, then the shared
+    one); every other stack, and a Kubernetes stack with neither set, on a GitHub-hosted runner."""
+    if not stack.kubernetes:
+        return HOSTED_RUNNER
+    return f"${{{{ vars.{stack.runner_variable} || vars.GPUFLEET_RUNNER || '{HOSTED_RUNNER}' }}}}"
+
+
+def _runner_check(stack: StackFacts) -> str:
+    """A private endpoint and no in-VPC runner named: stop before anything is bought."""
+    if not stack.kubernetes or stack.public_endpoint:
+        return ""
+    return f"""\
+      - name: A runner inside the VPC (the EKS endpoint is private)
+        if: ${{{{ vars.{stack.runner_variable} == '' && vars.GPUFLEET_RUNNER == '' }}}}
+        run: |
+          echo "::error::stack {stack.name} has a private EKS endpoint: pulumi up and the rollout must run inside its VPC. Set the repository variable {stack.runner_variable} (or GPUFLEET_RUNNER) to the label of a self-hosted runner in the stack's management subnet, or name this CI's egress CIDR in gpufleet:pool.endpointPublicAccessCidrs"
+          exit 2
+"""
+
+
 def _rollout_jobs(stack: StackFacts, after: list[str]) -> str:
     ids = part_job_ids(stack)
     out = []
@@ -250,7 +290,7 @@ def _rollout_jobs(stack: StackFacts, after: list[str]) -> str:
     name: {title}
     if: ${{{{ {condition} }}}}
     needs: {needs}
-    runs-on: ubuntu-24.04
+    runs-on: {_runs_on(stack)}
     timeout-minutes: {JOB_MINUTES}
     environment: {environment}
     concurrency:
@@ -271,7 +311,7 @@ def _rollout_jobs(stack: StackFacts, after: list[str]) -> str:
       PULUMI_BACKEND_URL: ${{{{ vars.PULUMI_BACKEND_URL }}}}
       PULUMI_CONFIG_PASSPHRASE: ${{{{ secrets.PULUMI_CONFIG_PASSPHRASE }}}}
     steps:
-      - uses: actions/checkout@v4
+{_runner_check(stack)}      - uses: actions/checkout@v4
       - uses: ./.github/actions/setup-gpufleet
         with:
           package: ${{{{ env.GPUFLEET_PACKAGE }}}}
@@ -317,6 +357,9 @@ def pipeline(stacks: Sequence[StackFacts]) -> str:
 # credentials last role-duration-seconds ({CREDENTIAL_SECONDS}), which its IAM MaxSessionDuration must allow
 # (`aws iam update-role --role-name ROLE --max-session-duration {CREDENTIAL_SECONDS}`; the default is 3600).
 # The role trusts this repository's OIDC subjects `environment:<stack>` and `environment:<stack>-resume`.
+# A Kubernetes stack's rollout runs on the self-hosted runner labelled by the repository variable
+# GPUFLEET_RUNNER_<STACK> (else GPUFLEET_RUNNER), inside the stack's VPC: its EKS endpoint is private
+# unless gpufleet:pool.endpointPublicAccessCidrs names this CI's egress CIDR.
 # Deploys run only where the repository variable GPUFLEET_DEPLOY is `true`.
 name: gpufleet
 on:
