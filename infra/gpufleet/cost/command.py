@@ -142,7 +142,7 @@ def cost(stack: str, since: str, until: str | None, prometheus: str | None, form
     window = Window(start, end)
     plan = build_plan(spec)
     sku = catalog.get(spec.cluster.instance_type)
-    units = [rep.UnitNodes(unit=u.id, partition=u.partition, slots=tuple(plan.nodes[i].name for i in u.nodes),
+    units = [rep.UnitNodes(unit=u.id, partition=u.partition, slots=tuple(plan.slot(i).name for i in u.nodes),
                            gpus=len(u.gpus)) for u in plan.units]
     from gpufleet.cost.price_list import SNAPSHOT, read_snapshot
 

@@ -126,7 +126,7 @@ def plan_groups(plan: ClusterPlan, todo: set[str], cfg: UpgradeConfig) -> list[G
     allowed = limits(plan, cfg)
     pieces: list[tuple[int, tuple[str, ...]]] = []
     for b in plan.blocks:
-        slots = tuple(plan.nodes[i].name for i in b.nodes if plan.nodes[i].name in todo)
+        slots = tuple(plan.slot(i).name for i in b.nodes if plan.slot(i).name in todo)
         if slots:
             pieces.extend(_pieces(plan, b.id, slots, allowed))
     covered = {s for _b, slots in pieces for s in slots}

@@ -160,6 +160,32 @@ class ClusterPlan(_Frozen):
     memory: MemoryFit | None
     findings: tuple[Finding, ...]
 
+    def slot(self, index: int) -> NodeSlot:
+        """The slot of a node index (what a Block's or Unit's `nodes` hold). Not `nodes[index]`:
+        once a shrink released whole blocks, positions and indexes differ."""
+        return self._slot_index()[index]
+
+    def block(self, block_id: int) -> Block:
+        """The block of an id (what a partition's or batch's `blocks` hold); not `blocks[id]`, for
+        the same reason as `slot`."""
+        return self._block_index()[block_id]
+
+    def _slot_index(self) -> dict[int, NodeSlot]:
+        # frozen: a cache beside the fields (never serialised), tied to the very tuple it indexes,
+        # since model_copy(update=...) carries it over to a copy with other nodes
+        cached = self.__dict__.get("_by_index")
+        if cached is None or cached[0] is not self.nodes:
+            cached = (self.nodes, {s.index: s for s in self.nodes})
+            self.__dict__["_by_index"] = cached
+        return cached[1]
+
+    def _block_index(self) -> dict[int, Block]:
+        cached = self.__dict__.get("_by_block")
+        if cached is None or cached[0] is not self.blocks:
+            cached = (self.blocks, {b.id: b for b in self.blocks})
+            self.__dict__["_by_block"] = cached
+        return cached[1]
+
     def batch_nodes(self, number: int) -> tuple[NodeSlot, ...]:
         batch = self.batches[number - 1]
         return self.nodes[batch.first_node: batch.last_node + 1]

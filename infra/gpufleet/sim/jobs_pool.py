@@ -48,7 +48,7 @@ class StreamWork:
 def for_plan(plan: "ClusterPlan", spec: "ClusterSpec", now: Callable[[], datetime],
              admitted_at: Callable[[str], datetime | None]) -> StreamWork:
     """The stack's stream: the plan's units, the simulator's seed, the ops tenants (as `cost` reads it)."""
-    units = [Unit(str(u.id), u.partition or "-", tuple(plan.nodes[i].name for i in u.nodes), len(u.gpus))
+    units = [Unit(str(u.id), u.partition or "-", tuple(plan.slot(i).name for i in u.nodes), len(u.gpus))
              for u in plan.units]
     seed = spec.simulator.seed if spec.simulator else 1
     return StreamWork(units, seed=seed, tenants=[(t.name, t.partitions) for t in spec.ops.tenants],

@@ -51,7 +51,7 @@ def plan_submissions(plan: ClusterPlan, admitted: Iterable[str], now: float, *, 
                      tenants: Sequence[tuple[str, Sequence[str]]] = ()) -> list[Submission]:
     """The jobs the stream runs right now on the units whose every node is admitted (pure)."""
     admitted = set(admitted)
-    units = [Unit(str(u.id), u.partition or "-", tuple(plan.nodes[i].name for i in u.nodes), len(u.gpus))
+    units = [Unit(str(u.id), u.partition or "-", tuple(plan.slot(i).name for i in u.nodes), len(u.gpus))
              for u in plan.units if u.partition]
     spans = {s: [(now - 1.0, float("inf"))] for s in admitted}
     running = [j for j in stream(units, spans, now, seed=seed, tenants=tenants) if j.end is None]

@@ -117,7 +117,7 @@ def priority_tiers(partitions: Sequence[PartitionAllocation]) -> dict[str, int]:
 
 
 def _block_slots(plan: ClusterPlan, blocks: Sequence[int]) -> list[str]:
-    return [plan.nodes[i].name for b in blocks for i in plan.blocks[b].nodes]
+    return [plan.slot(i).name for b in blocks for i in plan.block(b).nodes]
 
 
 def _max_time(spec: ClusterSpec, name: str) -> str:
@@ -266,7 +266,7 @@ def _slurm_conf(spec: ClusterSpec, plan: ClusterPlan, flavour: Flavour, sku: Ins
                  f"{plan.topology.blocks} blocks of {plan.topology.nodes_per_block} nodes "
                  f"({plan.topology.units_per_block} units of {plan.topology.unit_gpus} GPUs)")
     for block in plan.blocks:
-        names = [plan.nodes[i].name for i in block.nodes]
+        names = [plan.slot(i).name for i in block.nodes]
         where = ""
         if isinstance(flavour, LocalFlavour):
             first = flavour.first_node_port + block.nodes[0]
@@ -333,7 +333,7 @@ def _topology_conf(plan: ClusterPlan, kind: TopologyKind) -> str:
     lines = [f"# one {'block' if kind == 'block' else 'leaf switch'} per plan block of "
              f"{plan.topology.nodes_per_block} nodes: a unit never leaves its block"]
     for block in plan.blocks:
-        names = hostlist([plan.nodes[i].name for i in block.nodes])
+        names = hostlist([plan.slot(i).name for i in block.nodes])
         key = "BlockName" if kind == "block" else "SwitchName"
         lines.append(f"{key}={block_name(block.id)} Nodes={names}")
     if kind == "block":
