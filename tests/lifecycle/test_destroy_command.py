@@ -188,8 +188,8 @@ def test_destroy_on_a_simulated_stack_empties_its_world_and_a_new_rollout_starts
     assert len(list(sd.glob("journal.*.jsonl"))) == 1  # the rollout journal, archived
     whats = [r["what"] for r in audit.read(sd)]
     assert whats == ["rollout", "destroy"]
-    view = _cli(project, "pool", "-s", "dev", "--json")
-    assert json.loads(view.stdout)["counts"]["admitted"] == 0
+    view = _cli(project, "pool", "-s", "dev", "--json")  # not an empty pool: no cluster at all
+    assert view.exit_code == 1 and "stack dev has no cluster: destroyed at" in view.output, view.output
 
     # a rerun is a no-op, and records nothing
     again = _cli(project, "destroy", "-s", "dev")
@@ -203,6 +203,9 @@ def test_destroy_on_a_simulated_stack_empties_its_world_and_a_new_rollout_starts
     assert fresh.exit_code == 0, fresh.output
     relaunched = {e["slot"] for e in _ledger(sd / "sim" / "ledger.jsonl") if e["event"] == "launch"}
     assert relaunched == set(launched)
+    assert not (sd / "destroyed.json").exists() and len(list((sd / "destroy").glob("destroyed.*.json"))) == 1
+    shown_again = _cli(project, "pool", "-s", "dev", "--json")
+    assert shown_again.exit_code == 0 and json.loads(shown_again.stdout)["counts"]["admitted"] == 2
 
 
 @pytest.mark.slow  # the shipped 1,000-GPU `local` stack: a rollout (~7 s) and its destroy (~1 s)

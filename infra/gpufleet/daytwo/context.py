@@ -213,6 +213,9 @@ def open_day_two(stack: str, command: str, *, force_unlock: bool = False,
                                force=force_unlock, warn=warn, region=spec.cluster.region)
     with lock:
         rollout = Journal(store, stack).load(repair=False)
+        from gpufleet.rollout.resize_plan import standing_plan
+
+        plan = standing_plan(plan, rollout)  # grown or shrunk by whole blocks: the slots the cluster has
         if wiring is None:
             wiring = _pool_wiring(spec, plan, project, stack) if pool_only else wire(spec, plan, project, stack)
         stamp = None if pool_only else wiring.adapters.clock.now  # a pool change takes no modelled time

@@ -133,6 +133,19 @@ def decide(recorded: RecordedSlots, plan: ClusterPlan, batch_size: int,
     return replace(r, fresh=fresh)
 
 
+def standing(recorded: RecordedSlots, plan: ClusterPlan) -> ClusterPlan:
+    """The cluster as the journal records it, in the plan's geometry: what a command that shows or
+    serves the pool must work on (`gpufleet pool`, `pool up`) while the stack file already asks for
+    another size the next rollout will grow or shrink to. Raises ConfigError when the geometry
+    changed (another unit size, instance type or cluster name)."""
+    if not recorded:
+        return plan
+    span = max(i for i, *_ in recorded.values()) + 1
+    full, units, blocks = _hypothetical(plan, max(span, plan.topology.nodes), recorded)
+    _same_names(recorded, full, plan)
+    return _effective(plan, recorded, full, units, blocks)
+
+
 # ------------------------------------------------------------------------------ grow
 
 def _grow(recorded: RecordedSlots, plan: ClusterPlan, batch_size: int, full: dict[str, NodeSlot],

@@ -30,7 +30,7 @@ def free_units(plan: ClusterPlan, state: PoolState) -> dict[str, int]:
     ready = {slot for slot, n in state.nodes.items() if n.state is NodeState.ADMITTED and not n.busy}
     out: dict[str, int] = {p.name: 0 for p in plan.partitions}
     for unit in plan.units:
-        if unit.partition is not None and all(plan.nodes[i].name in ready for i in unit.nodes):
+        if unit.partition is not None and all(plan.slot(i).name in ready for i in unit.nodes):
             out[unit.partition] += 1
     return out
 
@@ -117,12 +117,35 @@ def _context(stack: str):
     return project, load_stack(stack, project.stacks_dir)
 
 
-def _pool(stack: str):
+def _standing_plan(spec, project, stack: str):
+    """The plan of the cluster as it stands: a simulated stack's rollout journal may record another
+    size than the stack file now asks for (grown or shrunk by whole blocks, or about to be); a real
+    stack's layout is the program's, whose plan this is."""
     from gpufleet.plan import build_plan
+
+    plan = build_plan(spec)
+    if not spec.simulated:
+        return plan
+    from gpufleet.rollout.backends import open_backend
+    from gpufleet.rollout.journal import Journal
+    from gpufleet.rollout.lock import LockInfo
+    from gpufleet.rollout.resize_plan import standing_plan
+
+    store, _lock = open_backend(spec.rollout.state_backend, project.state_dir(stack), stack, LockInfo.mine(stack),
+                                region=spec.cluster.region)
+    return standing_plan(plan, Journal(store, stack).load(repair=False))
+
+
+def _pool(stack: str):
+    from gpufleet.errors import PoolError
+    from gpufleet.lifecycle.destroyed import destroyed, no_cluster_text
     from gpufleet.pool.factory import pool_for
 
     project, spec = _context(stack)
-    plan = build_plan(spec)
+    gone = destroyed(project.state_dir(stack))
+    if gone is not None:  # not an empty pool: there is no cluster (gpufleet.lifecycle.destroyed)
+        raise PoolError(no_cluster_text(stack, gone))
+    plan = _standing_plan(spec, project, stack)
     return pool_for(spec, project, stack, plan=plan), plan
 
 
@@ -172,11 +195,10 @@ def up(ctx: click.Context, stack: str | None, clean: bool) -> None:
     A cluster already up with every planned node keeps its state (admitted nodes stay admitted);
     otherwise, or with --clean, it starts clean: every node drained until gated.
     """
-    from gpufleet.plan import build_plan
-
     name = _stack_of(ctx, stack)
     local, spec = _local_slurm(name)
-    plan = build_plan(spec)
+    project = _context(name)[0]
+    plan = _standing_plan(spec, project, name)  # a grown or shrunk cluster's nodes, not the stack file's next size
     if local.running() and not clean:
         problems = local.problems([n.name for n in plan.nodes])
         if not problems:
@@ -352,9 +374,7 @@ def slot_changes(command: str, stack: str, slot: str, reason: str, project: Any,
     pool is opened before the person has confirmed). A slot the plan lacks is refused here."""
     from gpufleet.changeset import ChangeSetBuilder
     from gpufleet.changeset_command import hourly_price
-    from gpufleet.plan import build_plan
-
-    plan = build_plan(spec)
+    plan = _standing_plan(spec, project, stack)
     slots = {s.name: s for s in plan.nodes}
     if slot not in slots:
         raise UsageError(f"no slot {slot!r} in stack {stack}'s plan", field="SLOT",

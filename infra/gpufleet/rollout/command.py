@@ -128,6 +128,10 @@ def rollout(stack: str, resume: bool, restart: bool, retry_stage: str | None, un
                              expected=f"`gpufleet rollout -s {stack}` to start the rollout")
         if resume and not state.started:
             click.echo(f"gpufleet: no journal for {stack} yet: starting a new rollout", err=True)
+        if not state.started:  # a new cluster: a destroyed one's marker joins the destroy history
+            from gpufleet.lifecycle.destroyed import retire
+
+            retire(state_dir)
         try:
             _run(spec, plan, project, stack, journal, until_batch, state_dir, retry_stage, as_json, resize)
         finally:
@@ -195,6 +199,12 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     from gpufleet.rollout.backends import bom_store_for
     bom_record.keep(state_dir, project.path(spec.image.bom), applied_by=f"rollout {stack}", image=spec.image.ami_id,
                     remote=bom_store_for(spec.rollout.state_backend, stack, spec.cluster.region))
+    from gpufleet.rollout.resize_plan import sync_local_slurm
+
+    leaving = {*journal.state.releasing, *(s.name for s in (resize.released if resize is not None else ()))}
+    joined = sync_local_slurm(spec, project, stack, plan, leaving)
+    if joined:  # a grow's new nodes exist in the local Slurm before its pool is wired
+        click.echo(f"gpufleet: {joined}", err=True)
     wiring = wire(spec, plan, project, stack)  # journal events keep wall time; records the ports' clock
     # the acceptance stages over the wiring's collectors (adopts pre-journal outcomes)
     hooks = stack_hooks(spec, plan, state_dir, journal, wiring)
@@ -223,6 +233,9 @@ def _run(spec: "ClusterSpec", plan: "ClusterPlan", project: "Project", stack: st
     finally:
         display.close()
     wall = time.monotonic() - started
+    left = sync_local_slurm(spec, project, stack, plan, outcome.state.releasing)
+    if left:  # a finished shrink's nodes leave the local Slurm
+        click.echo(f"gpufleet: {left}", err=True)
     records = _write_records(state_dir, outcome.state)
     rep = report.build(plan, outcome.state, stack, opts.pipelining, outcome.short if outcome.finished else [],
                        wall_seconds=round(wall, 2), window=opts.window)

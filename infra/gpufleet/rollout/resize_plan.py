@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Mapping
+from typing import Collection, Mapping
 
 from gpufleet.changeset import ChangeSet, ChangeSetBuilder
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.plan.model import ClusterPlan
-from gpufleet.plan.resize import RecordedSlots, Resize, add_changes, decide, recorded_digest
+from gpufleet.plan.resize import RecordedSlots, Resize, add_changes, decide, recorded_digest, standing
 from gpufleet.project import Project
 from gpufleet.rollout.state import RolloutState
 from gpufleet.spec import ClusterSpec
@@ -76,6 +76,43 @@ def _pool_jobs(spec: ClusterSpec, project: Project, stack: str, slots: list[str]
         return busy_jobs(pool_for(spec, project, stack), slots)
     except GpufleetError:
         return {}
+
+
+def standing_plan(plan: ClusterPlan, state: RolloutState) -> ClusterPlan:
+    """The cluster the journal stands at (`gpufleet.plan.resize.standing`), for commands that show
+    or serve the pool while the stack file may already ask for another size; the plan itself for a
+    fresh journal, or when the geometry changed (the rollout then refuses, naming the field)."""
+    recorded = recorded_layout(state, plan) if state.started else None
+    if not recorded:
+        return plan
+    try:
+        return standing(recorded, plan)
+    except ConfigError:
+        return plan
+
+
+def sync_local_slurm(spec: ClusterSpec, project: Project, stack: str, plan: ClusterPlan,
+                     releasing: Collection[str] = ()) -> str | None:
+    """A simulated stack's local Slurm made to hold the plan's nodes, as a real stack's controller
+    gets them from the program: a grow's nodes join (drained until gated) before the run wires its
+    pool; a finished shrink's nodes leave slurm.conf. Nothing while a shrink still releases nodes
+    (they must stay to be drained), or for any other stack; a line saying what changed, or None."""
+    if not (spec.simulated and spec.pool.type == "slurm"):
+        return None
+    from gpufleet.pool.factory import local_slurm_root
+    from gpufleet.pool.slurm.local import LocalSlurm
+
+    local = LocalSlurm(local_slurm_root(project, stack))
+    if not local.running():
+        return None  # the pool says so, with the command that starts it
+    had = set(local.health())
+    wanted = {n.name for n in plan.nodes}
+    if not (wanted - had) and (not (had - wanted) or releasing):
+        return None
+    added, removed = local.reshape(spec, plan)
+    parts = ([f"{len(added)} node(s) joined, drained until gated"] if added else []) + (
+        [f"{len(removed)} released node(s) removed"] if removed else [])
+    return f"local Slurm of {stack}: {'; '.join(parts)} (slurm.conf regenerated, every other node's state kept)"
 
 
 def with_resize(changes: ChangeSet, resize: Resize, usd_per_hour: float | None = None,

@@ -18,6 +18,7 @@ host, so `srun` really lands on the hosts the playbooks configured.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from gpufleet.durable import write_atomic
 from gpufleet.errors import PoolError
 from gpufleet.plan.model import ClusterPlan
 from gpufleet.plan.access import partition_qos_name
@@ -40,6 +42,7 @@ from gpufleet.pool.slurm.conf import LocalFlavour, generate
 from gpufleet.spec import ClusterSpec
 
 PORT_RANGE = (20000, 60000)
+PORTS_FILE = "ports.json"  # the ports `up` chose: `reshape` regenerates slurm.conf with the same ones
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,9 @@ class LocalSlurm:
         flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first, slurmdbd_port=dbd_port,
                                controller_address=controller_address if hosts is not None else None,
                                node_addresses={n: hosts[n].address for n in nodes} if hosts is not None else None)
-        config = generate(spec, plan, flavour, slurm_version())
-        for name, text in config.files().items():
-            (self.root / "etc" / name).write_text(text, encoding="utf-8")
+        self._write_config(spec, plan, flavour)
+        write_atomic(self.root / "etc" / PORTS_FILE, json.dumps(
+            {"controller": controller, "first_node": first, "slurmdbd": dbd_port, "db": db_port}) + "\n")
         for i in range(spec.cluster.instance.gpus):
             link = flavour.fakedev / f"nvidia{i}"
             if not link.is_symlink():
@@ -130,6 +133,66 @@ class LocalSlurm:
                             node=name)
         self._wait_all_responding(nodes, started + wait_s)
         return time.monotonic() - started
+
+    def reshape(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0) -> tuple[list[str], list[str]]:
+        """Make the running cluster hold exactly `plan`'s nodes, keeping every node's state: a grow's
+        new nodes join drained as "pending gates", a shrink's released ones leave slurm.conf (their
+        slurmd stopped), the partitions follow the plan. Returns (added, removed).
+
+        Why a restart: Slurm 22.05 takes node definitions only at slurmctld start. `slurmctld -R`
+        recovers the full saved state (the default restart keeps only DOWN and DRAIN nodes: every
+        admitted node would come back "pending gates", the config's State=DRAIN, and an `scontrol
+        reconfigure` drains them so too); but -R also recovers the partitions as they were, so each
+        partition line of the new slurm.conf is then applied with `scontrol update`. Running jobs
+        survive. Shown on a real slurmctld by tests/rollout/test_resize_slurm.py."""
+        if not self.running():
+            raise PoolError(f"the local Slurm under {self.root} is not running; start it with `gpufleet pool up`")
+        flavour = self._flavour()
+        had = set(self.health())
+        wanted = [n.name for n in plan.nodes]
+        added = [n for n in wanted if n not in had]
+        removed = sorted(had - set(wanted))
+        if not added and not removed:
+            return [], []
+        if added and removed:  # a grow or a shrink, never both (gpufleet.plan.resize)
+            raise PoolError(f"the plan adds {len(added)} and removes {len(removed)} node(s) at once; this local Slurm "
+                            "reshapes one way at a time: `gpufleet pool up --clean` restarts it at the plan's size")
+        taken = [flavour.first_node_port + s.index for s in plan.nodes if s.name in added]
+        busy = [port for port in taken if not _port_free(port)]
+        if busy:
+            raise PoolError(f"the new nodes' slurmd ports are taken ({', '.join(map(str, busy[:5]))}): this local "
+                            f"Slurm cannot grow in place; `gpufleet pool up --clean` restarts it at the new size "
+                            "(every node drained until gated again)")
+        env = self.cli().env()
+        started = time.monotonic()
+        for name in removed:
+            pid = _read_pid(self.root / "run" / f"slurmd-{name}.pid")
+            if _alive(pid) and _is_slurm(pid):
+                _signal(pid, signal.SIGTERM)
+        if flavour.slurmdbd_port is not None:
+            self._before_controller(spec, plan, only_missing=True)
+        self._write_config(spec, plan, flavour)
+        if removed:  # -R recovers the saved partitions: a saved one naming a removed node is fatal at start
+            for argv in partition_updates((self.root / "etc" / "slurm.conf").read_text(encoding="utf-8")):
+                self.cli(timeout_s=60).run(argv)
+        self._stop_controller()
+        self._start(["slurmctld", "-R", "-i"], env, "slurmctld")
+        self._wait_controller(started + wait_s)
+        for argv in partition_updates((self.root / "etc" / "slurm.conf").read_text(encoding="utf-8")):
+            self.cli(timeout_s=60).run(argv)
+        if flavour.slurmdbd_port is not None:
+            self._apply_access(spec, plan, started + wait_s)
+        for name in added:
+            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+        procs = [subprocess.Popen(["slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True) for name in added]
+        failed = [(n, p.communicate()[1]) for n, p in zip(added, procs) if p.wait() != 0]
+        if failed:
+            name, err = failed[0]
+            raise PoolError(f"slurmd would not start: {err.strip()[-300:]} (log: {self.root}/log/slurmd-{name}.log)",
+                            node=name)
+        self._wait_all_responding(wanted, started + wait_s, stop_on_failure=False)
+        return added, removed
 
     def down(self, grace_s: float = 5.0) -> int:
         """Stop every daemon this cluster started (TERM, then KILL after `grace_s`); return how many."""
@@ -194,13 +257,49 @@ class LocalSlurm:
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _before_controller(self, spec: ClusterSpec, plan: ClusterPlan) -> None:
+    def _before_controller(self, spec: ClusterSpec, plan: ClusterPlan, only_missing: bool = False) -> None:
         """The cluster and the partition QOS slurm.conf names, so slurmctld resolves them at start
-        (their GPU limits need the gres/gpu TRES, which exists once slurmctld registered)."""
+        (their GPU limits need the gres/gpu TRES, which exists once slurmctld registered).
+        `only_missing`: a running cluster's database, which holds some already (sacctmgr refuses
+        to add what exists)."""
         cli = self.cli(timeout_s=60)
-        cli.run(["sacctmgr", "-i", "add", "cluster", spec.cluster.name])
+        have: set[str] = set()
+        if only_missing:
+            have = set(cli.run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"]).split())
+        else:
+            cli.run(["sacctmgr", "-i", "add", "cluster", spec.cluster.name])
         for q in partition_quotas(plan):
-            cli.run(["sacctmgr", "-i", "add", "qos", partition_qos_name(q.name)])
+            if partition_qos_name(q.name) not in have:
+                cli.run(["sacctmgr", "-i", "add", "qos", partition_qos_name(q.name)])
+
+    def _write_config(self, spec: ClusterSpec, plan: ClusterPlan, flavour: LocalFlavour) -> None:
+        config = generate(spec, plan, flavour, slurm_version())
+        for name, text in config.files().items():
+            write_atomic(self.root / "etc" / name, text)
+
+    def _flavour(self) -> LocalFlavour:
+        """The ports `up` chose, from its record beside slurm.conf."""
+        path = self.root / "etc" / PORTS_FILE
+        try:
+            ports = json.loads(path.read_text(encoding="utf-8"))
+            return LocalFlavour(root=self.root, controller_port=int(ports["controller"]),
+                                first_node_port=int(ports["first_node"]),
+                                slurmdbd_port=None if ports.get("slurmdbd") is None else int(ports["slurmdbd"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PoolError(f"this local Slurm has no readable record of its ports ({path}: {exc}); it was started "
+                            "by an older gpufleet or by hand: `gpufleet pool up --clean` restarts it") from None
+
+    def _stop_controller(self, grace_s: float = 15.0) -> None:
+        pid = _read_pid(self.root / "run" / "slurmctld.pid")
+        if not (_alive(pid) and _is_slurm(pid)):
+            return
+        _signal(pid, signal.SIGTERM)  # slurmctld saves its state on TERM
+        deadline = time.monotonic() + grace_s
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise PoolError(f"slurmctld (pid {pid}) did not stop within {grace_s:.0f} s; its log: "
+                                f"{self.root}/log/slurmctld.log")
+            time.sleep(0.1)
 
     def _apply_access(self, spec: ClusterSpec, plan: ClusterPlan, deadline: float) -> None:
         cli = self.cli(timeout_s=60)
@@ -227,7 +326,7 @@ class LocalSlurm:
         self.down()
         raise PoolError(f"slurmctld never answered; its log: {self.root}/log/slurmctld.log")
 
-    def _wait_all_responding(self, nodes: list[str], deadline: float) -> None:
+    def _wait_all_responding(self, nodes: list[str], deadline: float, stop_on_failure: bool = True) -> None:
         """Until every slurmd has registered. sinfo alone cannot tell: a node the configuration
         drains reads "drained" before its slurmd ever registered (UNKNOWN+DRAIN), and Slurm 22.05
         refuses State=RESUME on it ("Invalid node state specified"), so the base state comes from
@@ -245,7 +344,8 @@ class LocalSlurm:
                 return
             time.sleep(0.2)
         waiting = sorted(n for n in nodes if n not in last or last[n].endswith("*") or n in unregistered)
-        self.down()
+        if stop_on_failure:
+            self.down()
         raise PoolError(f"{len(waiting)} of {len(nodes)} slurmd never registered "
                         f"(first: {', '.join(waiting[:3]) or 'none'}; states: {sorted(set(last.values()))}); "
                         f"logs under {self.root}/log")
@@ -260,6 +360,16 @@ class LocalSlurm:
             if pid and _alive(pid) and _is_slurm(pid):
                 pids.append(pid)
         return pids
+
+
+def partition_updates(slurm_conf: str) -> list[list[str]]:
+    """`scontrol update` argv for every PartitionName line of a slurm.conf: what a `slurmctld -R`
+    (which recovers the saved partitions) needs to serve the file's partitions instead."""
+    out = []
+    for line in slurm_conf.splitlines():
+        if line.startswith("PartitionName="):
+            out.append(["scontrol", "update", *line.split()])
+    return out
 
 
 def health_problems(nodes: Sequence[str], rows: Mapping[str, tuple[str, str]], slurmd_alive: set[str],
