@@ -6,7 +6,7 @@ import ipaddress
 
 from gpufleet.catalog import CATALOG
 from gpufleet import tagging as t
-from gpufleet.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, extra_subnets
+from gpufleet.cloud.network import INTERFACE_ENDPOINTS, LUSTRE_PORTS, SYSTEM_NODE_PATHS, extra_subnets
 from gpufleet.plan.network import SLURMCTLD_PORT, SRUN_PORTS
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -91,12 +91,16 @@ def test_efa_group_is_self_only_and_node_group_is_narrow(cap):
     assert ssh and all(r["cidrBlocks"] == [mgmt] for r in ssh)
     slurm = {(SLURMCTLD_PORT, SLURMCTLD_PORT), SRUN_PORTS} if cap.spec.pool.type == "slurm" else set()
     ubuntu = cap.spec.image.os.startswith("ubuntu")  # its EC2 apt mirrors are plain HTTP
+    # EKS: CoreDNS and the launcher's ports on the system nodes in the management subnet (review A4)
+    system = {(p, lo, hi) for p, lo, hi, _ in SYSTEM_NODE_PATHS} if cap.spec.pool.type == "kubernetes" else set()
     assert all(r["fromPort"] == r["toPort"] == 443 or (r["fromPort"], r["toPort"]) in LUSTRE_PORTS
                or ((r["fromPort"], r["toPort"]) in slurm and r["cidrBlocks"] == [mgmt])
+               or ((r["protocol"], r["fromPort"], r["toPort"]) in system and r["cidrBlocks"] == [mgmt])
                or (ubuntu and r["fromPort"] == r["toPort"] == 80) for r in node["egress"])
     groups = [node] + ([_sg(cap, "slurm-controller").inputs] if slurm else [])
     assert all(any(r["fromPort"] == 80 for r in g["egress"]) == ubuntu for g in groups)
     assert slurm <= {(r["fromPort"], r["toPort"]) for r in node["egress"]}
+    assert system <= {(r["protocol"], r["fromPort"], r["toPort"]) for r in node["egress"]}
     ports = {(r["fromPort"], r["toPort"]) for r in node["ingress"]}
     eks = cap.spec.pool.type == "kubernetes"
     assert ((443, 443) in ports and (10250, 10250) in ports) == eks
