@@ -152,3 +152,22 @@ def test_change_set_lines():
     gone = [x.name for x in s.released]
     assert cs.targets("drain") == gone and cs.targets("release") == gone and cs.targets("terminate") == gone
     assert "block" in cs.changes[0].detail and cs.usd_per_hour_delta == -4 * 55.0
+
+
+def test_a_grow_whose_blocks_no_partition_asks_for_says_so_in_the_change_set():
+    """Partitions keep their units: raising only targetGpus buys blocks no queue sends work to. The
+    change set says so before anything is bought; raising the last partition puts them to work."""
+    old = build_plan(spec(8))  # train: 2 units = blocks 0-1; blocks 2-3 join no partition already
+    r = decide(read_record(record_of(old)), build_plan(spec(12)), batch_size=4)
+    b = ChangeSetBuilder("rollout", "tst", simulated=True)
+    add_changes(b, r)
+    assert any("block(s) 4, 5 join no partition" in n for n in b.build().notes), b.build().notes
+    raised = [{"name": "train", "mode": "data-parallel", "units": 2},
+              {"name": "more", "mode": "independent", "units": 2}]
+    parted = decide(read_record(record_of(build_plan(spec(8, partitions=raised[:1] + [
+        {"name": "more", "mode": "independent", "units": 2}])))), build_plan(spec(12, partitions=[
+            raised[0], {"name": "more", "mode": "independent", "units": 4}])), batch_size=4)
+    b = ChangeSetBuilder("rollout", "tst", simulated=True)
+    add_changes(b, parted)
+    assert parted.kind == "grow" and not any("join no partition" in n for n in b.build().notes)
+    assert {parted.plan.block(s.block).partition for s in parted.added} == {"more"}

@@ -331,6 +331,11 @@ def add_changes(builder: Any, resize: Resize, usd_per_hour: float | None = None,
         builder.note(f"grow {resize.from_nodes} -> {resize.to_nodes} nodes: {len(resize.added)} new slot(s) in "
                      f"batch(es) {', '.join(map(str, resize.new_batches))}, through the same gates; "
                      "no existing slot moves")
+        idle = sorted(b for b, p in part.items() if p is None)
+        if idle:  # admitted, but no queue sends work there: say so before it is bought
+            builder.note(f"block(s) {', '.join(map(str, idle))} join no partition (the partitions ask for no more "
+                         "units): they are admitted but schedule no work until a partition's units or gpus are "
+                         "raised (gpufleet:partitions[].units, the last partition's, so no existing block moves)")
     elif resize.kind == "shrink":
         ids = instances or {}
         for s in resize.released:
