@@ -466,8 +466,12 @@ def document_schemas() -> dict[str, str]:
             "host": {"type": "string"}, "bom": {"type": "string"}, "ok": {"type": "boolean"},
             "differences": {"type": "array", "items": {
                 "type": "object", "required": ["check", "expected", "found", "source"], "additionalProperties": False,
-                "properties": {k: {"type": "string"} for k in ("check", "expected", "found", "source")}}}},
-            ["host", "bom", "ok", "differences"], "gpufleet doctor --json (what differs on one node)"),
+                "properties": {k: {"type": "string"} for k in ("check", "expected", "found", "source")}}},
+            "notes": {"type": "array", "items": {  # paths doctor could not test: never counted as passed
+                "type": "object", "required": ["check", "detail", "source"], "additionalProperties": False,
+                "properties": {k: {"type": "string"} for k in ("check", "detail", "source")}}}},
+            ["host", "bom", "ok", "differences", "notes"], "gpufleet doctor --json (what differs on one node, "
+                                                            "and what it could not check)"),
         "remediation": _doc("remediation", 1, {"rows": {"type": "array", "items": {
             "type": "object", "required": ["code", "steps", "source"], "additionalProperties": False,
             "properties": {"code": {"type": "string"}, "steps": {"type": "array", "items": {

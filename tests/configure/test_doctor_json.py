@@ -43,6 +43,8 @@ def test_a_node_that_differs_is_one_enveloped_document_and_exit_4(tmp_path, monk
     assert doc["host"] == "10.0.0.7" and doc["ok"] is False
     assert "loader.aws_ofi_nccl" in {d["check"] for d in doc["differences"]}
     assert all(set(d) == {"check", "expected", "found", "source"} for d in doc["differences"])
+    # a simulated stack has no outputs: every reachability path is a note in the document, not a pass
+    assert "reach.fsx_lustre" in {n["check"] for n in doc["notes"]}, doc["notes"]
 
 
 def test_the_schema_refuses_the_old_bare_list_and_a_document_without_its_body(tmp_path, monkeypatch):

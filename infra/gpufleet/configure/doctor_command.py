@@ -25,10 +25,12 @@ from gpufleet.envelope import dumps, envelope
 from gpufleet.errors import ConfigError, DriftDetected, ExternalCommandFailed, UsageError
 
 
-def document(stack: str, host: str, bom: str, diffs: Sequence[Any]) -> dict[str, Any]:
-    """`gpufleet doctor --json`: the host, the BOM it was read against and each difference."""
+def document(stack: str, host: str, bom: str, diffs: Sequence[Any], notes: Sequence[Any] = ()) -> dict[str, Any]:
+    """`gpufleet doctor --json`: the host, the BOM it was read against, each difference, and each
+    path it could not check (so `ok` is never read as "every path was tested")."""
     return envelope("doctor", stack, {"host": host, "bom": bom, "ok": not diffs,
-                                      "differences": [asdict(d) for d in diffs]}, schema_version=1)
+                                      "differences": [asdict(d) for d in diffs],
+                                      "notes": [asdict(n) for n in notes]}, schema_version=1)
 
 
 def read_node(executor: Any, instance: Any, pool: str | None, dest: Path,
@@ -142,7 +144,7 @@ def doctor(stack: str, host: str, kind: str | None, user: str | None, outputs_fi
         collected = read_node(executor, instance, spec.pool.type, Path(tmp), reach)
     diffs = findings(collected, bom, spec.pool.type, reach)
     if as_json:  # the envelope every JSON has (issue 23 item 8), not a bare list
-        click.echo(dumps(document(stack, host, bom.name, diffs)))
+        click.echo(dumps(document(stack, host, bom.name, diffs, notes)))
     elif diffs:
         click.echo(f"{host}: {len(diffs)} difference(s) from BOM {bom.name} and the roles:")
         for d in diffs:
@@ -150,7 +152,7 @@ def doctor(stack: str, host: str, kind: str | None, user: str | None, outputs_fi
     else:
         more = f"; {len(notes)} path(s) not checked, below" if notes else ""
         click.echo(f"{host}: as BOM {bom.name} and the roles say{more}")
-    for n in notes:  # on stderr with --json: stdout stays the one document
-        click.echo(f"  not checked: {n.check:<20} {n.detail}  [{n.source}]", err=as_json)
+    for n in notes if not as_json else ():  # with --json they are the document's `notes`
+        click.echo(f"  not checked: {n.check:<20} {n.detail}  [{n.source}]")
     if diffs:
         raise DriftDetected(f"{host} differs from the BOM in {len(diffs)} check(s)")
