@@ -268,7 +268,27 @@ class RolloutConfig(_Model):
     # set by the rollout before a replacement's targeted `up` (`config set --path
     # 'gpufleet:rollout.slotGenerations["<slot>"]' n`), never by hand; a slot not listed is 0
     slot_generations: dict[str, Annotated[int, Field(ge=0, le=100_000)]] = Field(default_factory=dict)
+    # the layout of a cluster grown or shrunk by whole blocks (gpufleet.plan.resize.encode_layout):
+    # set by the rollout before its first `up` on the resized layout, never by hand; without it the
+    # program lays the stack out afresh from targetGpus
+    layout: str | None = Field(default=None, max_length=200_000)
     state_backend: LocalBackend | S3Backend = Field(default=LocalBackend(), discriminator="type")
+
+    @field_validator("layout")
+    @classmethod
+    def _layout_is_the_rollouts(cls, value: str | None) -> str | None:
+        import json
+
+        if value is None:
+            return value
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            raise ValueError("is not the JSON layout `gpufleet rollout` writes (remove it to lay the stack "
+                             "out afresh)") from None
+        if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("blocks"), list):
+            raise ValueError("is not a format-1 layout with a `blocks` list (written by `gpufleet rollout`)")
+        return value
 
 
 # --- gates, pool, image --------------------------------------------------------------------

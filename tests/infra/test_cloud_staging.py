@@ -116,3 +116,62 @@ def test_a_new_ami_reaches_new_slots_only():
     assert {recorded.name(r): r.ami for r in recorded.slots} == {
         "dev-b0000-n00000": first.inputs["ami"], "dev-b0001-n00001": first.inputs["ami"],
         "dev-b0002-n00002": "ami-0123456789abcdef0"}
+
+
+def _dev(nodes: int, **kw):
+    """dev at `nodes` one-node blocks, debug asking for all of them (grown by raising the last partition)."""
+    dev = capture_program("dev").spec
+    cluster = dev.cluster.model_dump(mode="json", by_alias=True, exclude_none=True)
+    rollout = {**dev.rollout.model_dump(mode="json", by_alias=True, exclude_none=True), **kw.pop("rollout", {})}
+    overrides = {"cluster": {**cluster, "targetGpus": 8 * nodes},
+                 "partitions": [{"name": "debug", "mode": "interactive", "units": nodes, "priority": 10}],
+                 "rollout": rollout}
+    return capture_program("dev", overrides=overrides, **kw)
+
+
+def test_a_grown_layout_adds_the_new_blocks_in_the_rollouts_new_batch_and_moves_nothing():
+    """gpufleet:rollout.layout (issue 23 item 1 on Pulumi stacks): the program registers exactly the
+    rollout's slots, the grown ones in the batch the rollout gave them, every deployed one as it was."""
+    from gpufleet.plan.resize import decide, encode_layout, read_record, record_of
+
+    three = _dev(3)
+    deployed = _dev(3, target_batch=len(three.plan.batches))
+    grown = decide(read_record(record_of(three.plan)), _dev(5).plan, batch_size=three.spec.rollout.batch_size)
+    assert grown.kind == "grow" and grown.new_batches
+    first_new = grown.new_batches[0]
+    after = _dev(5, target_batch=first_new, recorded_outputs=deployed.outputs,
+                 rollout={"layout": encode_layout(grown.plan)})
+    before, now = _nodes(deployed), _nodes(after)
+    for name, reg in before.items():  # deployed: kept exactly, protected
+        assert now[name].inputs == reg.inputs and now[name].options["protect"]
+    added = {s.name for s in grown.added if s.batch == first_new}
+    assert set(now) - set(before) == added and added
+    assert {int(now[n].inputs["tags"][t.BATCH]) for n in added} == {first_new}
+    # without the layout the program's own fresh plan re-slices the batches: at the same target it
+    # buys both new blocks at once (the fresh plan has them in batches 2 and 3) and tags them so
+    fresh = _nodes(_dev(5, target_batch=first_new, recorded_outputs=deployed.outputs))
+    assert set(fresh) - set(before) == {"dev-b0003-n00003", "dev-b0004-n00004"} != added
+    assert fresh["dev-b0003-n00003"].inputs["tags"][t.BATCH] == "2"
+
+
+def test_a_shrunk_layout_drops_the_released_slots_without_allow_shrink_and_refuses_without_it():
+    from gpufleet.plan.resize import decide, encode_layout, read_record, record_of
+
+    five = _dev(5)
+    deployed = _dev(5, target_batch=len(five.plan.batches))
+    shrunk = decide(read_record(record_of(five.plan)), _dev(3).plan, batch_size=five.spec.rollout.batch_size)
+    assert shrunk.kind == "shrink"
+    gone = {s.name for s in shrunk.released}
+    after = _dev(3, target_batch=len(five.plan.batches), recorded_outputs=deployed.outputs,
+                 rollout={"layout": encode_layout(shrunk.plan)})
+    assert set(_nodes(after)) == set(_nodes(deployed)) - gone
+    recorded = decode_deployment(after.outputs["deployedSlots"])
+    assert not {recorded.name(r) for r in recorded.slots} & gone
+    with pytest.raises(ConfigError, match="would be removed or renamed"):  # the fresh plan: a shrink by hand
+        _dev(3, target_batch=len(five.plan.batches), recorded_outputs=deployed.outputs)
+
+
+def test_a_malformed_layout_is_refused_naming_the_field():
+    with pytest.raises(ConfigError) as err:
+        _dev(3, rollout={"layout": '{"format":1,"blocks":[[2,1,1,null]]}'})
+    assert err.value.field == "gpufleet:rollout.layout"

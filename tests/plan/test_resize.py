@@ -171,3 +171,23 @@ def test_a_grow_whose_blocks_no_partition_asks_for_says_so_in_the_change_set():
     add_changes(b, parted)
     assert parted.kind == "grow" and not any("join no partition" in n for n in b.build().notes)
     assert {parted.plan.block(s.block).partition for s in parted.added} == {"more"}
+
+
+def test_a_pulumi_stack_takes_the_rollouts_layout_exactly_when_it_was_resized():
+    """gpufleet.rollout.wiring.resized: the real provisioner writes gpufleet:rollout.layout only for a
+    plan the stack file would not lay out afresh (or once the stack carries one: kept up to date)."""
+    from gpufleet.plan.resize import encode_layout
+    from gpufleet.rollout.wiring import resized
+
+    old_spec, new_spec = spec(8), spec(12)
+    assert not resized(old_spec, build_plan(old_spec))
+    grown = decide(read_record(record_of(build_plan(old_spec))), build_plan(new_spec), batch_size=4)
+    assert resized(new_spec, grown.plan)
+    raw = new_spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["rollout"]["layout"] = encode_layout(grown.plan)
+    carried = ClusterSpec.from_raw(raw, source="test")
+    assert resized(carried, build_plan(carried))
+    raw["rollout"]["layout"] = "not json"
+    with pytest.raises(ConfigError) as err:
+        ClusterSpec.from_raw(raw, source="test")
+    assert "rollout.layout" in str(err.value.field)

@@ -404,3 +404,44 @@ def test_the_nodes_output_carries_the_generation_and_an_older_row_reads_0():
     old = Instance(slot="a", instance_id="i-1", batch=1, block=0, generation=4)
     assert next_generation(old, None) == next_generation(old, 9) == 5  # the state's instance rules
     assert next_generation(None, 5) == 5 and next_generation(None, None) == 0
+
+
+def test_a_shrinks_terminate_ends_the_instances_forgets_them_and_updates_on_the_rollouts_layout(tmp_path, ec2):
+    """Issue 23 item 1 on a Pulumi stack: the released slots' instances are terminated in EC2 and
+    taken out of the state (deployed instances are protected), then one `up` runs with
+    gpufleet:rollout.layout written first, so the program drops them from deployedSlots; a rerun
+    finds nothing left to terminate and only converges."""
+    from gpufleet.plan import build_plan
+    from gpufleet.plan.resize import encode_layout
+    from gpufleet.spec import load_stack
+
+    moto, _stubber, client, image = ec2
+    old = _real_instance(moto, image)
+    fake = FakePulumi([(None, 0, ""), (None, 0, "")])
+    urn = _seed_with(fake, "gpu-b0000-n00001", old)
+    p, _ = _provisioner(fake, tmp_path, ec2=lambda: client)
+    layout = build_plan(load_stack("dev"))
+    p.take_layout(layout)
+    assert p.terminate(["gpu-b0000-n00001"]) == [old]
+    set_layout = ["config", "set", "--path", "gpufleet:rollout.layout", "--plaintext", "--stack", STACK,
+                  "--non-interactive", "--", encode_layout(layout)]
+    assert _argv(fake.calls) == [SELECT, EXPORT, ["state", "delete", urn, "--force", "--yes", "--stack", STACK],
+                                 set_layout, UP, *AFTER_UP, EXPORT]
+    assert moto.describe_instances(InstanceIds=[old])["Reservations"][0]["Instances"][0]["State"]["Name"] == "terminated"
+    assert fake.config["gpufleet:rollout.layout"] == encode_layout(layout)
+    fake.calls.clear()
+    assert p.terminate(["gpu-b0000-n00001"]) == []  # resumed after a crash: nothing left to terminate
+    assert ["state", "delete", urn, "--force", "--yes", "--stack", STACK] not in fake.calls
+
+
+def test_terminate_that_leaves_an_instance_in_the_state_is_an_error_naming_the_slot(tmp_path):
+    fake = FakePulumi([(None, 0, "")])
+    fake.seed("up-batch1-created.jsonl")
+    p, _ = _provisioner(fake, tmp_path, ec2=lambda: type("E", (), {"terminate_instances": lambda self, **k: None})())
+    original = fake._answer
+
+    def keep_state(a):  # a state delete that silently does nothing
+        return ("", "", 0) if a[:2] == ["state", "delete"] else original(a)
+    fake._answer = keep_state
+    with pytest.raises(ProvisioningError, match="gpu-b0000-n00001 still have an instance"):
+        p.terminate(["gpu-b0000-n00001"])

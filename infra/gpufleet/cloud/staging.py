@@ -139,19 +139,26 @@ def layout_settings(spec: ClusterSpec) -> dict[str, Any]:
 
 def resolve_staging(plan_slots: Sequence[NodeSlot], plan_batches: int, target: int | None,
                     recorded: Deployment | None, allow_shrink: bool,
-                    layout: Mapping[str, Any] | None = None) -> Staging:
-    """Decide which slots have instances after this update (see the module docstring)."""
+                    layout: Mapping[str, Any] | None = None, released_by_rollout: bool = False) -> Staging:
+    """Decide which slots have instances after this update (see the module docstring).
+
+    `released_by_rollout`: the plan is the rollout's own resized layout (`gpufleet:rollout.layout`),
+    so a recorded slot it no longer names is one a shrink released: the rollout terminated its
+    instance and took it out of the state first, and the slot is dropped without allowShrink."""
     recorded = recorded or Deployment(cluster="", batches=0)
     active = min(recorded.batches if target is None else target, plan_batches)
     planned = {s.name: s for s in plan_slots}
     kept: list[StagedSlot] = []
     refused: list[SlotRecord] = []
+    released: list[SlotRecord] = []
     for r in recorded.slots:
         name = recorded.name(r)
         # Within the target by its recorded batch or by the one the layout now gives it: keep. Never
         # drop a slot the plan would create again in this same update (that would replace the instance).
         if name in planned and min(r.batch, planned[name].batch) <= active:
             kept.append(StagedSlot(name=name, index=r.index, block=r.block, batch=r.batch, existing=True, ami=r.ami))
+        elif name not in planned and released_by_rollout:
+            released.append(r)
         else:
             refused.append(r)
     if refused and not allow_shrink:
@@ -162,7 +169,7 @@ def resolve_staging(plan_slots: Sequence[NodeSlot], plan_batches: int, target: i
     new = [StagedSlot(name=s.name, index=s.index, block=s.block, batch=s.batch, existing=False)
            for s in plan_slots if s.batch <= active and s.name not in have]
     return Staging(active=active, slots=tuple(sorted(kept + new, key=lambda s: s.index)),
-                   dropped=tuple(recorded.name(r) for r in refused))
+                   dropped=tuple(recorded.name(r) for r in refused + released))
 
 
 def legacy_deployment(cluster: str, batches: int, plan_slots: Sequence[NodeSlot],

@@ -146,6 +146,69 @@ def standing(recorded: RecordedSlots, plan: ClusterPlan) -> ClusterPlan:
     return _effective(plan, recorded, full, units, blocks)
 
 
+LAYOUT_FIELD = "gpufleet:rollout.layout"
+LAYOUT_FORMAT = 1
+
+
+def encode_layout(plan: ClusterPlan) -> str:
+    """The effective plan's layout as the Pulumi program takes it (`gpufleet:rollout.layout`, set by
+    the rollout once a cluster was grown or shrunk): runs of consecutive blocks sharing batch and
+    partition, `[first, last, batch, partition]`. Why the program needs it: its own fresh plan
+    would re-slice a grown cluster's batches and keep a shrink's released blocks; with it, the
+    program registers exactly the slots the rollout's journal has, in the rollout's batches."""
+    import json
+
+    batch_of = {s.block: s.batch for s in plan.nodes}
+    runs: list[list[Any]] = []
+    for b in sorted(plan.blocks, key=lambda b: b.id):
+        if b.id not in batch_of:
+            continue
+        here = [b.id, b.id, batch_of[b.id], b.partition]
+        if runs and runs[-1][1] + 1 == b.id and runs[-1][2:] == here[2:]:
+            runs[-1][1] = b.id
+        else:
+            runs.append(here)
+    return json.dumps({"format": LAYOUT_FORMAT, "blocks": runs}, separators=(",", ":"))
+
+
+def decode_layout(text: str, plan: ClusterPlan) -> ClusterPlan:
+    """The plan over exactly the layout's blocks, in the plan's geometry (`encode_layout`'s inverse).
+    A malformed layout, or one the geometry cannot hold, is a ConfigError naming the field."""
+    import json
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"{LAYOUT_FIELD} is malformed: {why}", field=LAYOUT_FIELD,
+                           expected=f"the format-{LAYOUT_FORMAT} layout `gpufleet rollout` writes (never set by hand; "
+                                    "remove it to make the program lay the stack out afresh)")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise bad(f"not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != LAYOUT_FORMAT or not isinstance(doc.get("blocks"), list):
+        raise bad("no format-1 object with a `blocks` list")
+    wanted: dict[int, tuple[int, str | None]] = {}
+    for run in doc["blocks"]:
+        if (not isinstance(run, list) or len(run) != 4 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                   for v in run[:3])
+                or not (run[3] is None or isinstance(run[3], str)) or not 0 <= run[0] <= run[1] or run[2] < 1):
+            raise bad(f"run {run!r} is not [first block, last block, batch >= 1, partition or null]")
+        for b in range(run[0], run[1] + 1):
+            if b in wanted:
+                raise bad(f"block {b} appears twice")
+            wanted[b] = (run[2], run[3])
+    if not wanted:
+        raise bad("no block")
+    npb = plan.topology.nodes_per_block
+    span = (max(wanted) + 1) * npb
+    full, _units, blocks = _hypothetical(plan, max(span, plan.topology.nodes), {})
+    recorded = {name: (s.index, s.block, wanted[s.block][0], wanted[s.block][1])
+                for name, s in full.items() if s.block in wanted}
+    missing = sorted(set(wanted) - {s.block for s in full.values()})
+    if missing:
+        raise bad(f"block(s) {missing[:5]} do not exist in this geometry")
+    return standing(recorded, plan)
+
+
 # ------------------------------------------------------------------------------ grow
 
 def _grow(recorded: RecordedSlots, plan: ClusterPlan, batch_size: int, full: dict[str, NodeSlot],

@@ -114,10 +114,16 @@ def build_cluster(spec: ClusterSpec, plan: ClusterPlan, *, mocked: bool = False)
     if spec.simulated and not mocked:
         refuse_simulated(spec, stack)
     refuse_errors(plan)
+    resized = spec.rollout.layout is not None
+    if resized:  # grown or shrunk by whole blocks: exactly the rollout's slots, in its batches
+        from gpufleet.plan.resize import decode_layout
+
+        plan = decode_layout(spec.rollout.layout or "", plan)
     recorded = recorded_deployment(own_stack_name(), name, plan.nodes)
     layout = layout_settings(spec)
     staging = resolve_staging(plan.nodes, len(plan.batches), spec.rollout.target_batch, recorded,
-                              spec.rollout.allow_shrink, layout).with_images(spec.image.slot_amis, plan.nodes)
+                              spec.rollout.allow_shrink, layout, released_by_rollout=resized,
+                              ).with_images(spec.image.slot_amis, plan.nodes)
     tags = t.base_tags(stack, name)
     provider = aws.Provider("aws", region=spec.cluster.region,
                             default_tags=aws.ProviderDefaultTagsArgs(tags=tags))

@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from gpufleet import tagging as t
 from gpufleet.cloud.pulumi_stack import output_values, select_stack
 from gpufleet.errors import ConfigError, ProvisioningError
-from gpufleet.plan.model import NodeSlot
+from gpufleet.plan.model import ClusterPlan, NodeSlot
 from gpufleet.rollout import pending_creates as pc
 from gpufleet.project import Project
 from gpufleet.ports import Instance, ProvisionResult, ReplaceAction
@@ -60,6 +60,7 @@ from gpufleet.spec import AMI_PATTERN, ClusterSpec
 log = logging.getLogger(__name__)
 
 TARGET_KEY = "gpufleet:rollout.targetBatch"
+LAYOUT_KEY = "gpufleet:rollout.layout"  # gpufleet.plan.resize.encode_layout, once a cluster was resized
 SLOT_AMIS_KEY = "gpufleet:image.slotAmis"  # + ["<slot>"], path-aware: the stack's image key stays one object
 SLOT_GENERATIONS_KEY = "gpufleet:rollout.slotGenerations"  # + ["<slot>"]: the new instance's generation tag
 NODES_OUTPUT = "nodes"
@@ -262,6 +263,7 @@ class PulumiProvisioner:
         self._rng = rng or random.Random()
         self._clock = clock
         self._lock = threading.Lock()
+        self._layout: str | None = None  # the rollout's resized layout, written before every `up`
 
     @classmethod
     def for_stack(cls, spec: ClusterSpec, project: Project, stack: str, *, pulumi_command: Any = None,
@@ -276,6 +278,39 @@ class PulumiProvisioner:
 
             return boto3.client("ec2", region_name=region)
         return cls(selected, project.name, ec2 or client, **kw)
+
+    # -- a cluster grown or shrunk by whole blocks (gpufleet.plan.resize) ---------------------------
+
+    def take_layout(self, plan: ClusterPlan) -> None:
+        """From now on every `up` runs the program on this (the rollout's effective) plan: its
+        `gpufleet:rollout.layout` is written before each update, so the program registers exactly
+        the journal's slots in the journal's batches (a grow's new batches after the old ones), and
+        drops a shrink's released slots once `terminate` took them out of the state."""
+        from gpufleet.plan.resize import encode_layout
+
+        self._layout = encode_layout(plan)
+
+    def terminate(self, slots: Sequence[str]) -> list[str]:
+        """A shrink's end: each released slot's instance terminated with boto3 and forgotten in the
+        state (`state delete --force`: deployed instances are protected, and only these may go),
+        then one `up` on the layout without them (the program drops them from `deployedSlots`).
+        Safe to run again: a slot with no instance in the state is skipped. Returns the ids."""
+        with self._lock:
+            have = self._state_nodes()
+            gone = [have[s] for s in slots if s in have]
+            for old in gone:
+                self._take_out_of_service(old, "terminate", "released by a shrink")
+                self.stack._run_pulumi_cmd_sync(["state", "delete", self.instance_urn(old.slot), "--force", "--yes"])
+            digest, failure, _ = self._up()
+            if failure is not None:
+                raise ProvisioningError(f"the update after terminating {len(gone)} released slot(s) failed: "
+                                        f"{_tail(digest.error_text() or str(failure))}", retryable=True,
+                                        slots=tuple(slots))
+            left = [s for s in slots if s in self._state_nodes()]
+            if left:
+                raise ProvisioningError(f"released slot(s) {', '.join(left[:5])} still have an instance in the state",
+                                        slots=tuple(left))
+            return [i.instance_id for i in gone]
 
     # -- Provisioner ------------------------------------------------------------------------------
 
@@ -445,6 +480,8 @@ class PulumiProvisioner:
         creation of the others."""
         from pulumi import automation as auto
 
+        if self._layout is not None:
+            self.stack.set_config(LAYOUT_KEY, auto.ConfigValue(value=self._layout), path=True)
         for attempt in range(self._retry.attempts):
             collector = EventCollector(self._progress)
             try:

@@ -53,12 +53,7 @@ def resolve(spec: ClusterSpec, plan: ClusterPlan, state: RolloutState, project: 
     if recorded is None:
         return Resize("unchanged", plan)
     r = decide(recorded, plan, spec.rollout.batch_size, busy or {}, basis=state.layout_basis)
-    if r.changed and not spec.simulated:
-        raise ConfigError(f"{r.kind} from {r.from_nodes} to {r.to_nodes} nodes: resizing a rollout is supported on "
-                          "simulated stacks only so far (the Pulumi program does not yet take the rollout's "
-                          "resized layout: new batches would wait on the program's own batch numbers, and a "
-                          "shrink has no targeted terminate)", field="gpufleet:cluster.targetGpus",
-                          expected="the target the rollout has, or --restart to archive its journal")
+    # a Pulumi stack takes the resized layout through gpufleet:rollout.layout (PulumiProvisioner.take_layout)
     if r.kind == "shrink" and busy is None and project is not None:
         jobs = _pool_jobs(spec, project, stack, list(recorded))
         if jobs:

@@ -139,6 +139,8 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
 
     engine = EngineRelay()
     provisioner = PulumiProvisioner.for_stack(spec, project, stack, progress=engine)
+    if resized(spec, plan):  # grown or shrunk: the program runs on this layout, not its own fresh one
+        provisioner.take_layout(plan)
     executor = _FirstUseExecutor(lambda: real_executor(spec, plan, project, stack, provisioner.outputs()))
     pool = _pool(spec, plan, project, stack, None, outputs=provisioner.outputs)
     clients = StorageClientsBase(provisioner, executor,
@@ -147,6 +149,15 @@ def wire(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str) -> 
                   acceptance=acceptance_collector(spec, executor,
                                                   lambda: {**provisioner.inventory(), **clients.inventory()}),
                   storage_clients=clients, engine=engine)
+
+
+def resized(spec: ClusterSpec, plan: ClusterPlan) -> bool:
+    """The plan is not the one the stack file lays out afresh (a rollout grew or shrank it by whole
+    blocks), or the stack already carries the rollout's layout (then it is kept up to date)."""
+    from gpufleet.plan import build_plan
+    from gpufleet.plan.resize import layout_digest
+
+    return spec.rollout.layout is not None or layout_digest(plan.nodes) != layout_digest(build_plan(spec).nodes)
 
 
 def _pool(spec: ClusterSpec, plan: ClusterPlan, project: Project, stack: str, launcher: Any,
