@@ -296,3 +296,20 @@ def test_the_patrols_holds_are_let_in_with_accounting_only():
     bare = small_spec()
     lua = generate(bare, build_plan(bare), REAL, "24.11.6").files()["job_submit.lua"]
     assert "local PATROL_QOS = nil" in lua
+
+
+def test_the_local_spool_keeps_slurmstepd_socket_paths_under_sun_paths_limit(tmp_path):
+    """slurmstepd's sockets are `<spool>/<node>/<node>_<job>.<step>`: under a long state dir they
+    passed 108 bytes at job 100 ("Unix socket path ... is too long. (109 > 108)") and every srun
+    failed. A long state dir's spool is a short folder under /tmp, named by the dir's hash."""
+    from gpufleet.pool.slurm.conf import SOCKET_PATH_MAX, LocalFlavour, socket_path_length
+
+    long_root = tmp_path / ("x" * 40) / ".gpufleet" / "local-slurm" / "slurm"
+    node = "local-slurm-b0018-n00092"
+    assert socket_path_length(long_root / "spool", node) > SOCKET_PATH_MAX  # the old layout: too long
+    spool = LocalFlavour(root=long_root, controller_port=1, first_node_port=2).spool
+    assert str(spool).startswith("/tmp/gpufleet-spool-") and socket_path_length(spool, node) <= SOCKET_PATH_MAX
+    assert spool == LocalFlavour(root=long_root, controller_port=3, first_node_port=4).spool  # stable per root
+    assert spool != LocalFlavour(root=long_root.parent / "other", controller_port=1, first_node_port=2).spool
+    short = Path("/tmp/ls/.gpufleet/x/slurm")
+    assert LocalFlavour(root=short, controller_port=1, first_node_port=2).spool == short / "spool"

@@ -72,6 +72,30 @@ class LocalFlavour:
     def fakedev(self) -> Path:
         return self.root / "fakedev"
 
+    @property
+    def spool(self) -> Path:
+        """Where each slurmd keeps its spool (`<spool>/<node>`), short enough for slurmstepd's
+        sockets (`<spool>/<node>/<node>_<job>.<step>`, at most 107 bytes, sun_path's limit): under
+        the state dir when that is short, else a folder under /tmp named by the state dir's hash.
+        A project under a long path made every srun fail once job ids reached 3 digits ("Unix
+        socket path ... is too long. (109 > 108)"), and the gates read that as failed pairs."""
+        inside = self.root / "spool"
+        if len(str(inside)) <= SPOOL_INSIDE_MAX:
+            return inside
+        import hashlib
+
+        return Path("/tmp") / f"gpufleet-spool-{hashlib.sha256(str(self.root).encode()).hexdigest()[:12]}"
+
+
+SPOOL_INSIDE_MAX = 32  # bytes of the spool dir kept inside the state dir (room for two node names)
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes with its terminating NUL
+STEP_SUFFIX_MAX = len("_99999999.4294967292")  # `_<job id>.<step id>`: the extern/batch steps' ids are 10 digits
+
+
+def socket_path_length(spool: Path, node: str) -> int:
+    """The longest slurmstepd socket path of `node` under `spool`."""
+    return len(str(spool / node / node)) + STEP_SUFFIX_MAX
+
 
 Flavour = RealFlavour | LocalFlavour
 
@@ -190,7 +214,7 @@ def _header(spec: ClusterSpec, flavour: Flavour, kind: TopologyKind) -> list[str
             "AuthType=auth/none",
             "CredType=cred/none",
             f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmdSpoolDir={flavour.spool}/%n",
             f"SlurmctldPidFile={r}/run/slurmctld.pid",
             f"SlurmdPidFile={r}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={r}/log/slurmctld.log",

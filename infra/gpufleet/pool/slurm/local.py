@@ -38,7 +38,7 @@ from gpufleet.plan.access import partition_qos_name
 from gpufleet.pool.slurm import local_dbd
 from gpufleet.pool.slurm.access_apply import apply_access, desired_access, partition_quotas
 from gpufleet.pool.slurm.cli import INSTALL_HINT, SlurmCli
-from gpufleet.pool.slurm.conf import LocalFlavour, generate
+from gpufleet.pool.slurm.conf import SOCKET_PATH_MAX, LocalFlavour, generate, socket_path_length
 from gpufleet.spec import ClusterSpec
 
 PORT_RANGE = (20000, 60000)
@@ -86,7 +86,9 @@ class LocalSlurm:
         self.down()
         for sub in ("etc", "state", "spool", "log", "run", "fakedev", "db"):
             path = self.root / sub
-            if sub in ("state", "spool", "run", "db") and path.exists():
+            if path.is_symlink():  # the spool, when it lives under /tmp (LocalFlavour.spool)
+                path.unlink()
+            elif sub in ("state", "spool", "run", "db") and path.exists():
                 shutil.rmtree(path)
             path.mkdir(parents=True, exist_ok=True)
         nodes = [n.name for n in plan.nodes]
@@ -97,6 +99,13 @@ class LocalSlurm:
                                 f"{', '.join(missing[:5]) or 'none'}) and the controller's address "
                                 f"(given: {controller_address or 'none'})")
         controller, first = free_ports(len(nodes) + 1)
+        spool = LocalFlavour(root=self.root, controller_port=0, first_node_port=0).spool
+        longest = max(nodes, key=len, default="")
+        if nodes and socket_path_length(spool, longest) > SOCKET_PATH_MAX:
+            raise PoolError(f"slurmstepd's socket paths would exceed {SOCKET_PATH_MAX} bytes for node {longest} "
+                            f"({socket_path_length(spool, longest)} under {spool}): every srun on it would fail; "
+                            "a shorter gpufleet:cluster.name makes shorter node names")
+        self._fresh_spool(spool)
         dbd_port, db_port = free_ports(2) if accounting else (None, None)
         flavour = LocalFlavour(root=self.root, controller_port=controller, first_node_port=first, slurmdbd_port=dbd_port,
                                controller_address=controller_address if hosts is not None else None,
@@ -121,7 +130,7 @@ class LocalSlurm:
             self._wait_controller(started + wait_s)
             return time.monotonic() - started
         for name in nodes:
-            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+            (flavour.spool / name).mkdir(parents=True, exist_ok=True)
         enter = {n: tuple(hosts[n].enter) for n in nodes} if hosts is not None else {n: () for n in nodes}
         procs = [subprocess.Popen([*enter[name], "slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True) for name in nodes]
@@ -183,7 +192,7 @@ class LocalSlurm:
         if flavour.slurmdbd_port is not None:
             self._apply_access(spec, plan, started + wait_s)
         for name in added:
-            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+            (flavour.spool / name).mkdir(parents=True, exist_ok=True)
         procs = [subprocess.Popen(["slurmd", "-N", name], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True) for name in added]
         failed = [(n, p.communicate()[1]) for n, p in zip(added, procs) if p.wait() != 0]
@@ -271,6 +280,20 @@ class LocalSlurm:
         for q in partition_quotas(plan):
             if partition_qos_name(q.name) not in have:
                 cli.run(["sacctmgr", "-i", "add", "qos", partition_qos_name(q.name)])
+
+    def _fresh_spool(self, spool: Path) -> None:
+        """An empty spool for a clean start; one outside the state dir is linked from it (`spool`)."""
+        inside = self.root / "spool"
+        if spool == inside:
+            return
+        if spool.exists():
+            shutil.rmtree(spool)
+        spool.mkdir(parents=True)
+        if inside.is_symlink() or inside.is_file():
+            inside.unlink()
+        elif inside.is_dir():
+            shutil.rmtree(inside)
+        inside.symlink_to(spool, target_is_directory=True)
 
     def _write_config(self, spec: ClusterSpec, plan: ClusterPlan, flavour: LocalFlavour) -> None:
         config = generate(spec, plan, flavour, slurm_version())
