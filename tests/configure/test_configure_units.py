@@ -184,3 +184,24 @@ def test_packer_invocation_matches_the_template(tmp_path):
     ev = json.loads(write_image_extravars(spec, bom, tmp_path / "ev.json").read_text())
     assert ev["gpufleet_live_system"] is False and ev["gpufleet_enable_services"] is True
     assert ev["nvidia_driver_version"] == bom.components.nvidia_driver.version
+
+
+def test_a_stack_booting_the_eks_nvidia_ami_tells_the_roles_so_another_does_not():
+    """Review F9: the roles verify an image that ships the GPU stack instead of layering a second
+    driver on it. The stack says which image it boots (its AMI parameter), so the choice reaches the
+    roles as an extravar; a pinned AMI id leaves it to the node's own files."""
+    from gpufleet.configure.executor import stack_executor
+    from gpufleet.configure.extravars import image_ships_gpu_stack
+    from gpufleet.configure.inventory import SshConnection
+    from gpufleet.project import find_project
+    from gpufleet.spec import load_stack
+
+    project = find_project(Path(__file__).resolve().parents[2])
+    prod = stack_executor(load_stack("prod", project.stacks_dir), project, "prod", SshConnection(user="ec2-user"))
+    assert prod.site_vars["gpufleet_image_ships_gpu_stack"] is True  # prod: al2023, the EKS NVIDIA parameter
+    dev = stack_executor(load_stack("dev", project.stacks_dir), project, "dev", SshConnection(user="ubuntu"))
+    assert dev.site_vars["gpufleet_image_ships_gpu_stack"] is False  # Ubuntu: the roles install the stack
+    assert image_ships_gpu_stack("al2023", "ami-0123456789abcdef0", None) is None  # only the node can tell
+    assert image_ships_gpu_stack("al2023", None, "/my/own/al2023-ami") is False
+    assert image_ships_gpu_stack(
+        "al2023", None, "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/nvidia/recommended/image_id")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence, get_args
 
 from gpufleet import catalog
 from gpufleet.bom import Bom, load_bom, resolve_bom_path
-from gpufleet.configure.extravars import LustreMount, configure_extravars
+from gpufleet.configure.extravars import LustreMount, configure_extravars, image_ships_gpu_stack
 from gpufleet.configure.inventory import Connection, Node, SshConnection, SsmConnection
 from gpufleet.configure.runner import AnsibleConfigurator, HostProgress, Verdict
 from gpufleet.errors import ConfigError, PoolError
@@ -154,8 +154,9 @@ def stack_executor(spec: ClusterSpec, project: Project, stack: str, connection: 
     bom = bom or load_bom(resolve_bom_path(spec, project))
     if lustre and spec.storage.efa_enabled:  # the GPU nodes reach an EFA-enabled file system over EFA
         lustre = dataclasses.replace(lustre, efa=True)
+    ships = image_ships_gpu_stack(spec.image.os, spec.image.ami_id, spec.image.ami_ssm_parameter)
     site_vars = configure_extravars(bom, spec.image.os, instance, lustre=lustre, munge_secret_id=munge_secret_id,
-                                    region=spec.cluster.region) | dict(slurm_vars or {})
+                                    region=spec.cluster.region, ships_gpu_stack=ships) | dict(slurm_vars or {})
     runner = AnsibleConfigurator(project.state_dir(stack), playbook_dir=project.playbooks_dir, forks=forks)
     groups = (spec.pool.type,) if spec.pool.type in ("slurm", "kubernetes") else ()
     context = {"gpufleet_stack": stack, "gpufleet_instance_type": spec.cluster.instance_type}

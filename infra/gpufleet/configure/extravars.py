@@ -42,10 +42,27 @@ def lustre_efa_extravars(instance: catalog.InstanceType) -> dict[str, Any]:
     return {"lustre_client_efa": True, "lustre_client_efa_stride": LUSTRE_EFA_STRIDE.get(instance.name, 0)}
 
 
+EKS_NVIDIA_AMI_MARKERS = ("/aws/service/eks/optimized-ami/", "/amazon-linux-2023/", "/nvidia/")
+
+
+def image_ships_gpu_stack(os_name: str, ami_id: str | None, ami_ssm_parameter: str | None) -> bool | None:
+    """Whether the stack's image is the EKS-optimized AL2023 NVIDIA AMI, which ships the driver, the
+    fabric manager, EFA and the container toolkit (the roles then verify them against the BOM and
+    install no second copy: review F9). From the stack, not only from marker files on the node, which
+    an AMI release may drop. True: an al2023 stack without `image.amiId` booting that parameter (the
+    program's default on al2023); False: another parameter; None: a pinned AMI id, which only the
+    node can tell (the roles look for the AMI's own files)."""
+    if os_name != "al2023":
+        return False
+    if ami_id:
+        return None
+    return ami_ssm_parameter is None or all(m in ami_ssm_parameter for m in EKS_NVIDIA_AMI_MARKERS)
+
+
 def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
                         lustre: LustreMount | None = None, munge_secret_id: str | None = None,
                         region: str | None = None, live: bool = True,
-                        enable_services: bool = True) -> dict[str, Any]:
+                        enable_services: bool = True, ships_gpu_stack: bool | None = None) -> dict[str, Any]:
     c = bom.components
     pins = bom.for_os(os)
     efa = instance.efa_interfaces > 0
@@ -81,6 +98,8 @@ def configure_extravars(bom: Bom, os: str, instance: catalog.InstanceType, *,
                 "lustre_client_mount_path": lustre.mount_path}
         if lustre.efa:
             out |= lustre_efa_extravars(instance)
+    if ships_gpu_stack is not None:  # else the roles look at the node (nvidia_driver_image_markers)
+        out["gpufleet_image_ships_gpu_stack"] = ships_gpu_stack
     if munge_secret_id:
         out |= {"munge_key_secret_id": munge_secret_id, "munge_key_region": region or ""}
     if bom.slurm_containers is not None:  # roles enroot and pyxis (Slurm nodes of a stack with a workload image)
