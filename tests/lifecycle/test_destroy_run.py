@@ -182,3 +182,41 @@ def test_an_idempotent_step_run_twice_changes_nothing_more(tmp_path):
     second = dr._do(step, ports, dr.Options())
     assert first == {"released": [SLOTS[2]], "terminated": ["i-2"]}
     assert second == {"released": [], "terminated": []}
+
+
+from tests.unit.moto_server import moto_client, moto_endpoint  # noqa: E402,F401 (fixtures)
+
+
+def test_a_stack_with_its_journal_in_s3_keeps_the_destroy_journal_there_so_another_runner_resumes(
+        tmp_path, moto_client):  # noqa: F811
+    """A destroy cut short on one CI runner resumes on the next: with the rollout journal in S3 the
+    destroy journal is beside it (`<prefix>/destroy/<stack>/journal/`), never a runner-local file."""
+    from gpufleet.lifecycle.destroy_journal import destroy_store
+    from gpufleet.rollout.backends import S3JournalStore
+    from gpufleet.rollout.journal import LocalJournalStore
+
+    s3 = moto_client("s3", "us-east-1")
+    s3.create_bucket(Bucket="gpufleet-state")
+    rollout = S3JournalStore(s3, "gpufleet-state", "clusters", "gpu")
+
+    def crash(event):
+        if event.get("to") == "step-started" and event.get("step") == "terminate-b0001":
+            raise Crash
+
+    journal, ports, log, _ = setup(tmp_path / "runner-1", on_append=crash)
+    remote = DestroyJournal(tmp_path / "runner-1", "gpu", store=destroy_store(rollout, tmp_path / "runner-1", "gpu"),
+                            on_append=crash)
+    remote.load()
+    remote.append({"to": "planned", "steps": [s.to_json() for s in journal.state.steps]})
+    with pytest.raises(Crash):
+        dr.run(remote, ports, dr.Options(deadline_s=60))
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="gpufleet-state")["Contents"]]
+    assert keys and all(k.startswith("clusters/destroy/gpu/journal/") for k in keys), keys
+    # a fresh runner: no local files, the same bucket
+    fresh = DestroyJournal(tmp_path / "runner-2", "gpu", store=destroy_store(rollout, tmp_path / "runner-2", "gpu"))
+    state = fresh.load()
+    assert state.running == "terminate-b0001" and list(state.done) == ["drain", "jobs", "terminate-b0002"]
+    assert not journal_path(tmp_path / "runner-2").exists()
+    assert dr.run(fresh, ports, dr.Options(deadline_s=60))[0] == "terminate-b0001" and fresh.state.finished
+    local = destroy_store(LocalJournalStore(tmp_path / "j.jsonl"), tmp_path, "gpu")
+    assert isinstance(local, LocalJournalStore)

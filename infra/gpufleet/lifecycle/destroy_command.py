@@ -41,7 +41,7 @@ def destroy(stack: str, yes: bool, dry_run: bool, cancel_jobs: bool, skip_backup
     from gpufleet.cost.pricing import resolve
     from gpufleet.lifecycle import destroy_plan as dp
     from gpufleet.lifecycle import destroy_run
-    from gpufleet.lifecycle.destroy_journal import DestroyJournal
+    from gpufleet.lifecycle.destroy_journal import DestroyJournal, destroy_store
     from gpufleet.lifecycle.destroy_side import open_side
     from gpufleet.ops import audit
     from gpufleet.project import current_project
@@ -58,7 +58,7 @@ def destroy(stack: str, yes: bool, dry_run: bool, cancel_jobs: bool, skip_backup
     deadline = jobs_timeout if jobs_timeout is not None else spec.upgrade.drain_timeout_s
     store, lock = open_backend(spec.rollout.state_backend, state_dir, stack, LockInfo.mine(stack),
                                force=force_unlock, warn=warn, region=spec.cluster.region)
-    journal = DestroyJournal(state_dir, stack, warn=warn)
+    journal = DestroyJournal(state_dir, stack, warn=warn, store=destroy_store(store, state_dir, stack, warn))
     state = journal.load(repair=not dry_run)
     side = open_side(spec, project, stack, store, jobs_deadline_s=deadline, warn=warn)
     resuming = state.unfinished

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 import gpufleet
 from gpufleet.lifecycle import destroy_plan as dp
 from gpufleet.masking import mask
-from gpufleet.rollout.journal import LocalJournalStore
+from gpufleet.rollout.backends import S3JournalStore
+from gpufleet.rollout.journal import JournalStore, LocalJournalStore
 
 DIR = "destroy"
 FILE = "journal.jsonl"
@@ -26,11 +27,22 @@ def journal_path(state_dir: Path) -> Path:
     return state_dir / DIR / FILE
 
 
+def destroy_store(rollout_store: JournalStore, state_dir: Path, stack: str,
+                  warn: Callable[[str], None] = lambda _m: None) -> JournalStore:
+    """Beside the stack's rollout journal: `<state_dir>/destroy/journal.jsonl`, or, for a stack whose
+    journal is in S3, the same bucket under `<prefix>/destroy/<stack>/journal/`, so a destroy cut
+    short on one CI runner resumes on the next (a local file would be gone with the runner)."""
+    if isinstance(rollout_store, S3JournalStore):
+        prefix = rollout_store.base[: -len(f"{stack}/journal/")].rstrip("/")
+        return S3JournalStore(rollout_store.client, rollout_store.bucket, f"{prefix}/destroy".lstrip("/"), stack)
+    return LocalJournalStore(journal_path(state_dir), warn)
+
+
 class DestroyJournal:
     def __init__(self, state_dir: Path, stack: str, now: Callable[[], datetime] | None = None,
                  warn: Callable[[str], None] = lambda _m: None,
-                 on_append: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.store = LocalJournalStore(journal_path(state_dir), warn)
+                 on_append: Callable[[dict[str, Any]], None] | None = None, store: JournalStore | None = None) -> None:
+        self.store = store or LocalJournalStore(journal_path(state_dir), warn)
         self.stack = stack
         self.now = now or (lambda: datetime.now(timezone.utc))
         self.state = dp.DestroyState()
