@@ -47,7 +47,7 @@ def test_destroy_drains_cancels_and_removes_the_real_slurm_nodes(monkeypatch):
         assert rolled.exit_code == 0, rolled.output
         cli = local.cli()
         job = cli.run(["sbatch", "--parsable", "-p", "debug", "--nodes=1", "--gpus=8", f"-w{SLOTS[0]}",
-                       "--wrap", "sleep 600"]).strip().split(";")[0]
+                       "--output=/dev/null", "--wrap", "sleep 600"]).strip().split(";")[0]
         for _ in range(50):  # until Slurm runs it
             if cli.run(["squeue", "-h", "-j", job, "-o", "%T"]).strip() == "RUNNING":
                 break
