@@ -72,6 +72,11 @@ PULUMI_TYPE_ACTIONS: dict[str, tuple[str, ...]] = {
                                             "ec2:UpdateSecurityGroupRuleDescriptionsIngress",
                                             "ec2:UpdateSecurityGroupRuleDescriptionsEgress",
                                             "ec2:DescribeNetworkInterfaces", *_TAG_EC2),
+    # a rule of its own (the EKS-owned cluster group's paths from the GPU nodes): terraform-provider-aws's
+    # aws_vpc_security_group_ingress_rule authorizes with TagSpecifications, reads, modifies and revokes by rule id
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": (
+        "ec2:AuthorizeSecurityGroupIngress", "ec2:DescribeSecurityGroupRules", "ec2:ModifySecurityGroupRules",
+        "ec2:RevokeSecurityGroupIngress", *_TAG_EC2),
     "aws:ec2/vpcEndpoint:VpcEndpoint": ("ec2:CreateVpcEndpoint", "ec2:DeleteVpcEndpoints", "ec2:ModifyVpcEndpoint",
                                         "ec2:DescribeVpcEndpoints", "ec2:DescribeVpcEndpointServices",
                                         "ec2:DescribePrefixLists", *_TAG_EC2),
