@@ -117,3 +117,39 @@ def test_the_storage_check_judges_the_file_system_at_what_its_clients_can_draw()
 def test_a_simulated_stack_gets_no_client_warning():
     local = _with(load_stack("local"), storageClients=1)
     assert local.simulated and not [f for f in build_plan(local).findings if f.code == "STORAGE_CLIENTS_TOO_SLOW"]
+
+
+def test_the_mocks_hand_out_addresses_to_instances_registered_from_several_threads_at_once():
+    """The engine registers resources from a thread pool; the storage clients' addresses come from
+    one generator, and two draws at once raised "generator already executing" (a full-suite run
+    under load). Each draw here takes a while, so concurrent draws would overlap without the lock."""
+    import threading
+    import time
+
+    import pulumi
+
+    from gpufleet.program.capture import GpufleetMocks
+
+    plan = build_plan(load_stack("local"))
+    mocks = GpufleetMocks(plan, "local", None)
+
+    def slow(addresses):
+        for a in addresses:
+            time.sleep(0.02)
+            yield a
+    mocks.client_ips = slow(iter(mocks.client_ips))
+    got, errors = [], []
+
+    def register(i: int) -> None:
+        args = pulumi.runtime.MockResourceArgs(typ="aws:ec2/instance:Instance", name=f"client-{i}", inputs={
+            "tags": {t.ROLE: "storage-client"}}, provider="", resource_id="", custom=True)
+        try:
+            got.append(mocks.new_resource(args)[1]["privateIp"])
+        except ValueError as exc:
+            errors.append(str(exc))
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(set(got)) == 8, (errors, got)

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import ipaddress
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,9 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         self.ips = dict(zip((slot.name for slot in plan.nodes), _host_ips(plan.network.compute.cidr)))
         self.management_ips = _host_ips(plan.network.management.cidr)
         self.client_ips = _top_ips(plan.network.compute.cidr)  # storage clients: compute subnet, from its end
+        # the engine registers resources from a thread pool: two instances drawing from one generator at
+        # once is "ValueError: generator already executing" (seen under load, the storage clients)
+        self._ips_lock = threading.Lock()
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         typ, name, inputs = args.typ, args.name, dict(args.inputs)
@@ -84,8 +88,9 @@ class GpufleetMocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/instance:Instance":
             client = (inputs.get("tags") or {}).get(t.ROLE) == "storage-client"
             # GPU slots by index; the Slurm head node in the management subnet
-            ip = self.ips.get(name) or next(self.client_ips if client else self.management_ips)
-            self.ips[name] = ip
+            with self._ips_lock:
+                ip = self.ips.get(name) or next(self.client_ips if client else self.management_ips)
+                self.ips[name] = ip
             out.update(privateIp=ip, privateDns=f"ip-{ip.replace('.', '-')}.ec2.internal",
                        instanceState="running", id=f"i-{_digest(self.stack, name)}")
             return out["id"], out
