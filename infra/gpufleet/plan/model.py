@@ -6,6 +6,8 @@ A plan is data (frozen pydantic), versioned by `schema_version` so stored plans 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.findings import Finding
@@ -171,19 +173,18 @@ class ClusterPlan(_Frozen):
         return self._block_index()[block_id]
 
     def _slot_index(self) -> dict[int, NodeSlot]:
-        # frozen: a cache beside the fields (never serialised), tied to the very tuple it indexes,
-        # since model_copy(update=...) carries it over to a copy with other nodes
-        cached = self.__dict__.get("_by_index")
-        if cached is None or cached[0] is not self.nodes:
-            cached = (self.nodes, {s.index: s for s in self.nodes})
-            self.__dict__["_by_index"] = cached
-        return cached[1]
+        return self._index("_by_index", self.nodes, lambda s: s.index)
 
     def _block_index(self) -> dict[int, Block]:
-        cached = self.__dict__.get("_by_block")
-        if cached is None or cached[0] is not self.blocks:
-            cached = (self.blocks, {b.id: b for b in self.blocks})
-            self.__dict__["_by_block"] = cached
+        return self._index("_by_block", self.blocks, lambda b: b.id)
+
+    def _index(self, key: str, items: tuple[Any, ...], id_of: Callable[[Any], int]) -> dict[int, Any]:
+        # frozen: a cache beside the fields (never serialised), tied to the very tuple it indexes,
+        # since model_copy(update=...) carries it over to a copy with other nodes or blocks
+        cached = self.__dict__.get(key)
+        if cached is None or cached[0] is not items:
+            cached = (items, {id_of(x): x for x in items})
+            self.__dict__[key] = cached
         return cached[1]
 
     def batch_nodes(self, number: int) -> tuple[NodeSlot, ...]:

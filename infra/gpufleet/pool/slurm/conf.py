@@ -74,17 +74,21 @@ class LocalFlavour:
 
     @property
     def spool(self) -> Path:
-        """Where each slurmd keeps its spool (`<spool>/<node>`), short enough for slurmstepd's
-        sockets (`<spool>/<node>/<node>_<job>.<step>`, at most 107 bytes, sun_path's limit): under
-        the state dir when that is short, else a folder under /tmp named by the state dir's hash.
-        A project under a long path made every srun fail once job ids reached 3 digits ("Unix
-        socket path ... is too long. (109 > 108)"), and the gates read that as failed pairs."""
-        inside = self.root / "spool"
-        if len(str(inside)) <= SPOOL_INSIDE_MAX:
-            return inside
-        import hashlib
+        return spool_dir(self.root)
 
-        return Path("/tmp") / f"gpufleet-spool-{hashlib.sha256(str(self.root).encode()).hexdigest()[:12]}"
+
+def spool_dir(root: Path) -> Path:
+    """Where each slurmd of the local cluster under `root` keeps its spool (`<spool>/<node>`), short
+    enough for slurmstepd's sockets (`<spool>/<node>/<node>_<job>.<step>`, at most 107 bytes,
+    sun_path's limit): under the state dir when that is short, else a folder under /tmp named by
+    the state dir's hash. A project under a long path made every srun fail once job ids reached 3
+    digits ("Unix socket path ... is too long. (109 > 108)"), and the gates read that as failed pairs."""
+    inside = root / "spool"
+    if len(str(inside)) <= SPOOL_INSIDE_MAX:
+        return inside
+    import hashlib
+
+    return Path("/tmp") / f"gpufleet-spool-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}"
 
 
 SPOOL_INSIDE_MAX = 32  # bytes of the spool dir kept inside the state dir (room for two node names)

@@ -38,7 +38,7 @@ from gpufleet.plan.access import partition_qos_name
 from gpufleet.pool.slurm import local_dbd
 from gpufleet.pool.slurm.access_apply import apply_access, desired_access, partition_quotas
 from gpufleet.pool.slurm.cli import INSTALL_HINT, SlurmCli
-from gpufleet.pool.slurm.conf import SOCKET_PATH_MAX, LocalFlavour, generate, socket_path_length
+from gpufleet.pool.slurm.conf import SOCKET_PATH_MAX, LocalFlavour, generate, SlurmConfig, socket_path_length, spool_dir
 from gpufleet.spec import ClusterSpec
 
 PORT_RANGE = (20000, 60000)
@@ -99,7 +99,7 @@ class LocalSlurm:
                                 f"{', '.join(missing[:5]) or 'none'}) and the controller's address "
                                 f"(given: {controller_address or 'none'})")
         controller, first = free_ports(len(nodes) + 1)
-        spool = LocalFlavour(root=self.root, controller_port=0, first_node_port=0).spool
+        spool = spool_dir(self.root)
         longest = max(nodes, key=len, default="")
         if nodes and socket_path_length(spool, longest) > SOCKET_PATH_MAX:
             raise PoolError(f"slurmstepd's socket paths would exceed {SOCKET_PATH_MAX} bytes for node {longest} "
@@ -180,14 +180,15 @@ class LocalSlurm:
                 _signal(pid, signal.SIGTERM)
         if flavour.slurmdbd_port is not None:
             self._before_controller(spec, plan, only_missing=True)
-        self._write_config(spec, plan, flavour)
+        config = self._write_config(spec, plan, flavour)
+        updates = partition_updates(config.slurm_conf)
         if removed:  # -R recovers the saved partitions: a saved one naming a removed node is fatal at start
-            for argv in partition_updates((self.root / "etc" / "slurm.conf").read_text(encoding="utf-8")):
+            for argv in updates:
                 self.cli(timeout_s=60).run(argv)
         self._stop_controller()
         self._start(["slurmctld", "-R", "-i"], env, "slurmctld")
         self._wait_controller(started + wait_s)
-        for argv in partition_updates((self.root / "etc" / "slurm.conf").read_text(encoding="utf-8")):
+        for argv in updates:
             self.cli(timeout_s=60).run(argv)
         if flavour.slurmdbd_port is not None:
             self._apply_access(spec, plan, started + wait_s)
@@ -295,10 +296,11 @@ class LocalSlurm:
             shutil.rmtree(inside)
         inside.symlink_to(spool, target_is_directory=True)
 
-    def _write_config(self, spec: ClusterSpec, plan: ClusterPlan, flavour: LocalFlavour) -> None:
+    def _write_config(self, spec: ClusterSpec, plan: ClusterPlan, flavour: LocalFlavour) -> SlurmConfig:
         config = generate(spec, plan, flavour, slurm_version())
         for name, text in config.files().items():
             write_atomic(self.root / "etc" / name, text)
+        return config
 
     def _flavour(self) -> LocalFlavour:
         """The ports `up` chose, from its record beside slurm.conf."""
