@@ -41,7 +41,9 @@ from gpufleet.pool.slurm.cli import INSTALL_HINT, SlurmCli
 from gpufleet.pool.slurm.conf import SOCKET_PATH_MAX, LocalFlavour, generate, SlurmConfig, socket_path_length, spool_dir
 from gpufleet.spec import ClusterSpec
 
-PORT_RANGE = (20000, 60000)
+PORT_RANGE = (10000, 65535)  # narrowed to what the kernel never hands out as a client port (listen_range)
+SLURMD_PIDFILE_GRACE_S = 5.0  # a slurmd silent this long in its log, without a live pid file, has exited
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 PORTS_FILE = "ports.json"  # the ports `up` chose: `reshape` regenerates slurm.conf with the same ones
 
 
@@ -140,7 +142,7 @@ class LocalSlurm:
             name, err = failed[0]
             raise PoolError(f"slurmd would not start: {err.strip()[-300:]} (log: {self.root}/log/slurmd-{name}.log)",
                             node=name)
-        self._wait_all_responding(nodes, started + wait_s)
+        self.wait_registered(nodes, wait_s)
         return time.monotonic() - started
 
     def reshape(self, spec: ClusterSpec, plan: ClusterPlan, *, wait_s: float = 90.0) -> tuple[list[str], list[str]]:
@@ -201,7 +203,7 @@ class LocalSlurm:
             name, err = failed[0]
             raise PoolError(f"slurmd would not start: {err.strip()[-300:]} (log: {self.root}/log/slurmd-{name}.log)",
                             node=name)
-        self._wait_all_responding(wanted, started + wait_s, stop_on_failure=False)
+        self.wait_registered(wanted, wait_s, stop_on_failure=False)
         return added, removed
 
     def down(self, grace_s: float = 5.0) -> int:
@@ -351,29 +353,59 @@ class LocalSlurm:
         self.down()
         raise PoolError(f"slurmctld never answered; its log: {self.root}/log/slurmctld.log")
 
-    def _wait_all_responding(self, nodes: list[str], deadline: float, stop_on_failure: bool = True) -> None:
+    def wait_registered(self, nodes: list[str], wait_s: float, stop_on_failure: bool = True) -> None:
         """Until every slurmd has registered. sinfo alone cannot tell: a node the configuration
         drains reads "drained" before its slurmd ever registered (UNKNOWN+DRAIN), and Slurm 22.05
         refuses State=RESUME on it ("Invalid node state specified"), so the base state comes from
-        `scontrol show node` too."""
+        `scontrol show node` too.
+
+        The budget counts from the slurmd start (not from `up`'s: MariaDB and slurmdbd may have
+        taken most of it), and a cluster still registering nodes is given more: 125 slurmd on two
+        busy cores register over minutes, each retrying every second, and failing a start that is
+        progressing would only make the user start it again (see registration_deadline)."""
         last: dict[str, str] = {}
-        unregistered: list[str] = list(nodes)
-        while time.monotonic() < deadline:
+        waiting: list[str] = list(nodes)
+        began = now = time.monotonic()
+        progressed_at, fewest = began, len(nodes)
+        while now < registration_deadline(began, progressed_at, wait_s):
             try:
                 last = self.health()
-                unregistered = self.unregistered()
+                unregistered = set(self.unregistered())
             except PoolError:
-                last, unregistered = {}, list(nodes)
-            if len(last) == len(nodes) and not unregistered and not any(
-                    s.endswith("*") or s.startswith(("unk", "down", "inval")) for s in last.values()):
+                last, unregistered = {}, set(nodes)
+            waiting = [n for n in nodes if n not in last or n in unregistered or last[n].endswith("*")
+                       or last[n].startswith(("unk", "down", "inval"))]
+            if not waiting:
                 return
+            now = time.monotonic()
+            dead = [n for n in waiting if self._slurmd_exited(n)] if now - began > 2 * SLURMD_PIDFILE_GRACE_S else []
+            if dead:
+                if stop_on_failure:
+                    self.down()
+                raise PoolError(f"{len(dead)} of {len(nodes)} slurmd exited before registering (first: "
+                                f"{', '.join(dead[:3])}): {_last_error(self.root / 'log' / f'slurmd-{dead[0]}.log')}")
+            if len(waiting) < fewest:
+                progressed_at, fewest = now, len(waiting)
             time.sleep(0.2)
-        waiting = sorted(n for n in nodes if n not in last or last[n].endswith("*") or n in unregistered)
         if stop_on_failure:
             self.down()
-        raise PoolError(f"{len(waiting)} of {len(nodes)} slurmd never registered "
-                        f"(first: {', '.join(waiting[:3]) or 'none'}; states: {sorted(set(last.values()))}); "
+        raise PoolError(f"{len(waiting)} of {len(nodes)} slurmd never registered within "
+                        f"{time.monotonic() - began:.0f} s of their start (first: {', '.join(sorted(waiting)[:3]) or 'none'}; "
+                        f"states: {sorted({last[n] for n in waiting if n in last}) or ['absent from sinfo']}); "
                         f"logs under {self.root}/log")
+
+    def _slurmd_exited(self, node: str) -> bool:
+        """A slurmd that started (it has logged) and is gone: the launcher exits 0 once it forked, so
+        a slurmd that cannot bind its port or read its config is seen only so. Its log's age guards
+        the moment between its first line and its pid file (and the caller, one from an earlier run
+        before this slurmd's first line)."""
+        if _alive(_read_pid(self.root / "run" / f"slurmd-{node}.pid")):
+            return False
+        try:
+            logged = (self.root / "log" / f"slurmd-{node}.log").stat().st_mtime
+        except OSError:
+            return False  # not started yet (or not by us): the budget decides
+        return time.time() - logged > SLURMD_PIDFILE_GRACE_S
 
     def _pids(self) -> list[int]:
         run = self.root / "run"
@@ -385,6 +417,13 @@ class LocalSlurm:
             if pid and _alive(pid) and _is_slurm(pid):
                 pids.append(pid)
         return pids
+
+
+def registration_deadline(began: float, progressed_at: float, wait_s: float) -> float:
+    """Pure: when a wait for slurmd registration gives up. `wait_s` from the start; while nodes keep
+    registering, `wait_s` from the last one that did too, but never past four times `wait_s`
+    (a slurmd that cannot reach slurmctld never will)."""
+    return min(progressed_at + wait_s, began + 4 * wait_s)
 
 
 def partition_updates(slurm_conf: str) -> list[list[str]]:
@@ -445,12 +484,39 @@ def free_ports(count: int, attempts: int = 50) -> tuple[int, int]:
     Consecutive because slurm.conf gives a block's nodes one Port=[a-b] range. Free means nothing
     listens now; the daemons bind them a moment later (a clash fails the health check, loudly).
     """
+    low, high = listen_range(_ephemeral_range(), count)
     rng = random.Random()
     for _ in range(attempts):
-        base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
+        base = rng.randrange(low, high - count + 1)
         if all(_port_free(p) for p in range(base, base + count)):
             return base, base + 1
-    raise PoolError(f"no {count} consecutive free TCP ports on 127.0.0.1 between {PORT_RANGE[0]} and {PORT_RANGE[1]}")
+    raise PoolError(f"no {count} consecutive free TCP ports on 127.0.0.1 between {low} and {high}")
+
+
+def listen_range(ephemeral: tuple[int, int] | None, count: int) -> tuple[int, int]:
+    """Pure: the widest stretch of PORT_RANGE outside the kernel's client (ephemeral) ports that
+    holds `count` consecutive ports, as (first, last). Why: 125 slurmd each connect to slurmctld
+    from an ephemeral port while the others are still starting; one that drew a port a later
+    slurmd was configured to listen on left that slurmd unable to bind, and its node never
+    registered (5 of 125 on a loaded CI runner). Inside the ephemeral range only when nothing
+    outside holds `count`."""
+    low, high = PORT_RANGE
+    if ephemeral is None:
+        return low, high
+    e_low, e_high = ephemeral
+    gaps = [(low, min(high, e_low - 1)), (max(low, e_high + 1), high)]
+    fits = [g for g in gaps if g[1] - g[0] + 1 >= count]
+    if not fits:
+        return low, high
+    return max(fits, key=lambda g: g[1] - g[0])
+
+
+def _ephemeral_range() -> tuple[int, int] | None:
+    try:
+        first, last = EPHEMERAL_RANGE_FILE.read_text(encoding="utf-8").split()[:2]
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return None
 
 
 def _port_free(port: int) -> bool:
@@ -460,6 +526,16 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _last_error(log: Path) -> str:
+    """The last `error:` line of a daemon's log, for a message that says why it stopped."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return f"no log at {log}"
+    errors = [ln.split("error:", 1)[1].strip() for ln in lines if "error:" in ln]
+    return f"{errors[-1]} (log: {log})" if errors else f"its log says no error: {log}"
 
 
 def _read_pid(path: Path) -> int:
